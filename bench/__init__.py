@@ -1,0 +1,1 @@
+"""Benchmarks: micro-benchmarks of the core pieces and the viewstream-bench CLI."""

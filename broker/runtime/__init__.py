@@ -1,0 +1,1 @@
+"""The trio runtime: listeners, replica bus, ticker, fsync worker and group host."""

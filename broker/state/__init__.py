@@ -1,0 +1,1 @@
+"""Pure, deterministic state machines replicated by the consensus groups."""

@@ -1,0 +1,1 @@
+"""Segment journals: durable, checksummed, recoverable logs, one per VSR group."""

@@ -1,0 +1,1 @@
+"""The viewstream Python SDK and its sans-IO wire codec (``sdk.wire``)."""

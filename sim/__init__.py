@@ -1,0 +1,1 @@
+"""Deterministic simulator: the real consensus and state machines, driven from a seed."""
