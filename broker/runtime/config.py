@@ -1,0 +1,205 @@
+"""Node configuration: defaults < TOML file < ``VIEWSTREAM_*`` environment < CLI flags.
+
+Every setting has a sane default so that ``viewstream serve`` with no arguments starts a
+one-node cluster on ``127.0.0.1:8090`` with its data in ``./local_data``. Invalid values
+fail at start with a message that names the setting (see ``load_config``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+ENV_PREFIX = "VIEWSTREAM_"
+DEFAULT_ADDRESS = "127.0.0.1:8090"
+DEFAULT_DATA_DIR = Path("local_data")
+FRAME_SIZE_MAX_CEILING = 1 << 30
+
+
+def parse_address(value: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` into its parts, with a clear error for anything else."""
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not host or not port_text.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} is outside 0..65535")
+    host = host.strip("[]")
+    if host != "localhost":
+        try:
+            ipaddress.ip_address(host)
+        except ValueError as error:
+            raise ValueError(f"host {host!r} is not an IP address or 'localhost'") from error
+    return host, port
+
+
+class Limits(BaseModel):
+    """Bounds on what one client or connection may cost the node."""
+
+    frame_size_bytes_max: int = Field(
+        64 * 1024 * 1024,
+        ge=4096,
+        le=FRAME_SIZE_MAX_CEILING,
+        description="Largest request frame accepted, header included.",
+    )
+    connections_max: int = Field(
+        10_000, ge=1, description="Client connections served at once; more are refused."
+    )
+    requests_in_flight_per_connection_max: int = Field(
+        8, ge=1, description="Requests read from one connection before its replies are sent."
+    )
+    idle_timeout_s: float = Field(
+        300.0, gt=0, description="A connection with no complete request for this long is closed."
+    )
+    frame_read_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="A frame that has started arriving must finish within this time "
+        "(drops slowloris clients that send half a header and stall).",
+    )
+
+
+class Config(BaseSettings):
+    """One node's configuration."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        validate_default=True,
+    )
+
+    address: str = Field(DEFAULT_ADDRESS, description="Client listener, HOST:PORT.")
+    data_dir: Path = Field(DEFAULT_DATA_DIR, description="Where journals and superblocks live.")
+    replica: int = Field(0, ge=0, description="This node's index in `replicas`.")
+    replicas: list[str] = Field(
+        default_factory=list,
+        description="Replica-bus addresses of every node, in replica order; empty means a "
+        "cluster of one.",
+    )
+    cluster_secret: SecretStr | None = Field(
+        None,
+        description="Shared secret that authenticates the replica bus (required for "
+        "more than one node).",
+    )
+    root_username: str = Field("iggy", min_length=1, max_length=255)
+    root_password: SecretStr | None = Field(
+        None, description="Root password on first start; generated and printed once if unset."
+    )
+    no_sync: bool = Field(False, description="Never fsync: for throwaway runs only.")
+    tick_ms: int = Field(10, ge=1, le=1000, description="Consensus tick period.")
+    segment_size_bytes: int = Field(
+        1 << 30, ge=1 << 20, le=1 << 30, description="Segment roll size."
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    limits: Limits = Field(default_factory=Limits)
+    config_file: Path | None = Field(
+        None, description="TOML file read below the environment and the flags."
+    )
+
+    @field_validator("address")
+    @classmethod
+    def _check_address(cls, value: str) -> str:
+        parse_address(value)
+        return value
+
+    @field_validator("replicas")
+    @classmethod
+    def _check_replicas(cls, value: list[str]) -> list[str]:
+        for address in value:
+            parse_address(address)
+        if len(value) not in {0, 1, 3, 5}:
+            raise ValueError(f"a cluster has 1, 3 or 5 replicas, not {len(value)}")
+        if len(set(value)) != len(value):
+            raise ValueError("replica addresses must be distinct")
+        return value
+
+    @model_validator(mode="after")
+    def _check_roster(self) -> Config:
+        count = max(1, len(self.replicas))
+        if self.replica >= count:
+            raise ValueError(f"replica {self.replica} is outside the roster of {count}")
+        if count > 1 and self.cluster_secret is None:
+            raise ValueError("cluster_secret is required when replicas lists several nodes")
+        if self.cluster_secret is not None and len(self.cluster_secret.get_secret_value()) < 16:
+            raise ValueError("cluster_secret must be at least 16 characters")
+        return self
+
+    @property
+    def replica_count(self) -> int:
+        return max(1, len(self.replicas))
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        return parse_address(self.address)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Flags (init) beat the environment, which beats the TOML file, which beats the
+        # defaults. The TOML path itself comes from the flags or the environment.
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        toml_path = _toml_path(init_settings, env_settings)
+        if toml_path is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_path))
+        return tuple(sources)
+
+
+def _toml_path(
+    init_settings: PydanticBaseSettingsSource, env_settings: PydanticBaseSettingsSource
+) -> Path | None:
+    for source in (init_settings, env_settings):
+        value = source().get("config_file")
+        if value:
+            return Path(value)
+    return None
+
+
+class ConfigError(Exception):
+    """Invalid configuration; the message names every offending setting."""
+
+
+def load_config(**flags: Any) -> Config:
+    """Build the configuration from every source, with flags given as keyword arguments.
+
+    Flags that are ``None`` are treated as not given, so CLI options can default to None.
+
+    Raises:
+        ConfigError: a setting is invalid or the config file cannot be read.
+    """
+    given = {key: value for key, value in flags.items() if value is not None}
+    config_file = given.get("config_file")
+    if config_file is not None and not Path(config_file).is_file():
+        raise ConfigError(f"config_file: {config_file} does not exist")
+    try:
+        return Config(**given)
+    except ValidationError as error:
+        lines = []
+        for problem in error.errors():
+            where = ".".join(str(part) for part in problem["loc"]) or "config"
+            lines.append(f"{where}: {problem['msg']}")
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"config_file: {error}") from None

@@ -1,0 +1,99 @@
+"""Configuration precedence (defaults < TOML < environment < flags) and clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker.runtime.config import ConfigError, load_config
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("VIEWSTREAM_"):
+            monkeypatch.delenv(key)
+
+
+def test_config_defaults_are_one_local_node() -> None:
+    config = load_config()
+    assert config.address == "127.0.0.1:8090"
+    assert config.data_dir == Path("local_data")
+    assert config.replica_count == 1
+    assert config.root_username == "iggy"
+    assert config.root_password is None
+
+
+def test_config_precedence_toml_then_env_then_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    toml = tmp_path / "node.toml"
+    toml.write_text(
+        'address = "127.0.0.1:9001"\ntick_ms = 20\nroot_username = "admin"\n'
+        "[limits]\nconnections_max = 5\n",
+        encoding="utf-8",
+    )
+    config = load_config(config_file=toml)
+    assert (config.address, config.tick_ms, config.limits.connections_max) == (
+        "127.0.0.1:9001",
+        20,
+        5,
+    )
+
+    monkeypatch.setenv("VIEWSTREAM_TICK_MS", "30")
+    monkeypatch.setenv("VIEWSTREAM_LIMITS__CONNECTIONS_MAX", "6")
+    config = load_config(config_file=toml)
+    assert (config.address, config.tick_ms, config.limits.connections_max) == (
+        "127.0.0.1:9001",
+        30,
+        6,
+    )
+    assert config.root_username == "admin"
+
+    config = load_config(config_file=toml, address="127.0.0.1:9002", tick_ms=None)
+    assert (config.address, config.tick_ms) == ("127.0.0.1:9002", 30)
+
+
+def test_config_file_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    toml = tmp_path / "node.toml"
+    toml.write_text('address = "127.0.0.1:9003"\n', encoding="utf-8")
+    monkeypatch.setenv("VIEWSTREAM_CONFIG_FILE", str(toml))
+    assert load_config().address == "127.0.0.1:9003"
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        ({"address": "localhost"}, "address"),
+        ({"address": "127.0.0.1:70000"}, "address"),
+        ({"tick_ms": 0}, "tick_ms"),
+        ({"replicas": ["127.0.0.1:1", "127.0.0.1:2"]}, "replicas"),
+        ({"replica": 3, "replicas": ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]}, "replica"),
+        ({"replicas": ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]}, "cluster_secret"),
+        ({"unknown_setting": 1}, "unknown_setting"),
+    ],
+)
+def test_config_invalid_setting_is_named(flags: dict[str, object], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        load_config(**flags)
+
+
+def test_config_invalid_env_value_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VIEWSTREAM_LIMITS__CONNECTIONS_MAX", "0")
+    with pytest.raises(ConfigError, match=r"limits\.connections_max"):
+        load_config()
+
+
+def test_config_missing_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="config_file"):
+        load_config(config_file=tmp_path / "absent.toml")
+
+
+def test_config_malformed_toml_is_reported(tmp_path: Path) -> None:
+    toml = tmp_path / "bad.toml"
+    toml.write_text("address = \n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="config_file"):
+        load_config(config_file=toml)
