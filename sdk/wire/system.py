@@ -1,0 +1,420 @@
+"""Payloads of the session and system commands: login, get_me, cluster metadata, stats.
+
+Purpose: typed request and reply payloads of LOGIN_REGISTER (40), GET_ME (20),
+GET_CLUSTER_METADATA (12) and GET_STATS (10); PING (1), LOGOUT_USER (39) and the
+argument-less reads use ``Empty``.
+
+Invariants (as for every payload module):
+
+1. ``X.decode(x.encode()) == x``, and a successful ``X.decode(body)`` re-encodes to
+   ``body`` exactly: decoders are strict (no trailing bytes, counts equal to what
+   follows, closed enums). The one exception is a signalling NaN in a binary32
+   field of :class:`Stats`: CPython converts it to a quiet NaN on the way through
+   ``float``, so it re-encodes with the quiet bit set.
+2. Decoders raise :class:`ProtocolError` only; encoders raise ``ValueError`` for values
+   the wire cannot carry.
+
+Sources: apache/iggy ``core/binary_protocol/src/version.rs`` (``ClientVersionInfo``),
+``requests/users/login_register.rs``, ``responses/users/login_register.rs``,
+``responses/clients/*.rs`` (GET_ME decodes a client-details reply),
+``responses/system/get_cluster_metadata.rs`` and ``responses/system/get_stats.rs``.
+The login body layout is confirmed by a frame captured from the official 0.9.0 SDK.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Self
+
+from sdk.wire._buffer import Buffer, Reader, Writer
+from sdk.wire._payload import check_count, closed_enum, read_str32, write_str32
+from sdk.wire.codes import PROTOCOL_VERSION
+from sdk.wire.primitives import decode_name, encode_name
+
+__all__ = [
+    "CacheMetric",
+    "ClientConsumerGroup",
+    "ClientInfoDetails",
+    "ClusterMetadata",
+    "ClusterNode",
+    "ClusterNodeRole",
+    "ClusterNodeStatus",
+    "LoginRegister",
+    "LoginRegisterReply",
+    "Stats",
+]
+
+
+# --- login -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LoginRegister:
+    """LOGIN_REGISTER (40) request: client version prefix, then the credentials.
+
+    ``[protocol_version u32][sdk_name name][sdk_version name]`` then
+    ``[username name][password_len u8][password][context_len u32][context]``.
+    """
+
+    username: str
+    password: str
+    sdk_name: str = "viewstream"
+    sdk_version: str = "0.1.0"
+    protocol_version: int = PROTOCOL_VERSION
+    context: str = ""
+
+    def encode(self) -> bytes:
+        """The request body."""
+        writer = Writer()
+        writer.u32(self.protocol_version)
+        encode_name(writer, self.sdk_name)
+        encode_name(writer, self.sdk_version)
+        encode_name(writer, self.username)
+        password = self.password.encode("utf-8")
+        if len(password) > 255:
+            raise ValueError("password longer than 255 bytes")
+        writer.u8(len(password))
+        writer.raw(password)
+        context = self.context.encode("utf-8")
+        writer.u32(len(context))
+        writer.raw(context)
+        return writer.getvalue()
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse the request body."""
+        reader = Reader(body)
+        protocol_version = reader.u32()
+        sdk_name = decode_name(reader)
+        sdk_version = decode_name(reader)
+        username = decode_name(reader)
+        password = reader.utf8(reader.u8())
+        context = reader.utf8(reader.u32())
+        reader.finish("login register")
+        return cls(username, password, sdk_name, sdk_version, protocol_version, context)
+
+
+@dataclass(frozen=True, slots=True)
+class LoginRegisterReply:
+    """LOGIN_REGISTER reply payload (behind a result section):
+    ``[user_id u32][session u64][server_protocol_version u32][server_version name]``."""
+
+    user_id: int
+    session: int
+    server_protocol_version: int
+    server_version: str
+
+    def encode(self) -> bytes:
+        """The reply payload."""
+        writer = Writer()
+        writer.u32(self.user_id)
+        writer.u64(self.session)
+        writer.u32(self.server_protocol_version)
+        encode_name(writer, self.server_version)
+        return writer.getvalue()
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse the reply payload."""
+        reader = Reader(body)
+        value = cls(reader.u32(), reader.u64(), reader.u32(), decode_name(reader))
+        reader.finish("login register reply")
+        return value
+
+
+# --- system ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConsumerGroup:
+    """A consumer group a client has joined: ``[stream u32][topic u32][group u32]``."""
+
+    stream_id: int
+    topic_id: int
+    group_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClientInfoDetails:
+    """GET_ME (20) reply: ``[client_id u32][user_id u32][transport u8]
+    [address_len u32][address][groups_count u32]`` then the groups, 12 bytes each."""
+
+    client_id: int
+    user_id: int
+    transport: int
+    address: str
+    consumer_groups: tuple[ClientConsumerGroup, ...] = ()
+
+    def encode(self) -> bytes:
+        """The reply payload."""
+        writer = Writer()
+        writer.u32(self.client_id)
+        writer.u32(self.user_id)
+        writer.u8(self.transport)
+        write_str32(writer, self.address)
+        writer.u32(len(self.consumer_groups))
+        for group in self.consumer_groups:
+            writer.u32(group.stream_id)
+            writer.u32(group.topic_id)
+            writer.u32(group.group_id)
+        return writer.getvalue()
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse the reply payload."""
+        reader = Reader(body)
+        client_id = reader.u32()
+        user_id = reader.u32()
+        transport = reader.u8()
+        address = read_str32(reader)
+        count = reader.u32()
+        check_count(count, reader, 12, "client consumer groups")
+        groups = tuple(
+            ClientConsumerGroup(reader.u32(), reader.u32(), reader.u32()) for _ in range(count)
+        )
+        reader.finish("client info")
+        return cls(client_id, user_id, transport, address, groups)
+
+
+class ClusterNodeRole(enum.IntEnum):
+    """A node's role in the metadata plane."""
+
+    LEADER = 0
+    FOLLOWER = 1
+
+
+class ClusterNodeStatus(enum.IntEnum):
+    """A node's health as the answering node sees it."""
+
+    HEALTHY = 0
+    STARTING = 1
+    STOPPING = 2
+    UNREACHABLE = 3
+    MAINTENANCE = 4
+    UNKNOWN = 5
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterNode:
+    """One node of GET_CLUSTER_METADATA: ``[name_len u32][name][ip_len u32][ip]
+    [tcp u16][quic u16][http u16][websocket u16][role u8][status u8]``."""
+
+    name: str
+    ip: str
+    tcp_port: int
+    quic_port: int
+    http_port: int
+    websocket_port: int
+    role: ClusterNodeRole
+    status: ClusterNodeStatus
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterMetadata:
+    """GET_CLUSTER_METADATA (12) reply: ``[name_len u32][name][nodes_count u32][node]*``."""
+
+    name: str
+    nodes: tuple[ClusterNode, ...]
+
+    def encode(self) -> bytes:
+        """The reply payload."""
+        writer = Writer()
+        write_str32(writer, self.name)
+        writer.u32(len(self.nodes))
+        for node in self.nodes:
+            write_str32(writer, node.name)
+            write_str32(writer, node.ip)
+            writer.u16(node.tcp_port)
+            writer.u16(node.quic_port)
+            writer.u16(node.http_port)
+            writer.u16(node.websocket_port)
+            writer.u8(node.role)
+            writer.u8(node.status)
+        return writer.getvalue()
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse the reply payload."""
+        reader = Reader(body)
+        name = read_str32(reader)
+        count = reader.u32()
+        check_count(count, reader, 18, "cluster nodes")
+        nodes = []
+        for _ in range(count):
+            node_name = read_str32(reader)
+            ip = read_str32(reader)
+            ports = (reader.u16(), reader.u16(), reader.u16(), reader.u16())
+            role = closed_enum(ClusterNodeRole, reader.u8(), "node role")
+            status = closed_enum(ClusterNodeStatus, reader.u8(), "node status")
+            nodes.append(ClusterNode(node_name, ip, *ports, role, status))
+        reader.finish("cluster metadata")
+        return cls(name, tuple(nodes))
+
+
+@dataclass(frozen=True, slots=True)
+class CacheMetric:
+    """One cache-metrics entry of GET_STATS (32 bytes)."""
+
+    stream_id: int
+    topic_id: int
+    partition_id: int
+    hits: int
+    misses: int
+    hit_ratio: float
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """GET_STATS (10) reply: 108 bytes of numbers, five ``[len u32][utf8]`` strings,
+    the packed server semver (0 = unknown), counted cache metrics, then threads and
+    disk space."""
+
+    process_id: int
+    cpu_usage: float
+    total_cpu_usage: float
+    memory_usage: int
+    total_memory: int
+    available_memory: int
+    run_time: int
+    start_time: int
+    read_bytes: int
+    written_bytes: int
+    messages_size_bytes: int
+    streams_count: int
+    topics_count: int
+    partitions_count: int
+    segments_count: int
+    messages_count: int
+    clients_count: int
+    consumer_groups_count: int
+    hostname: str
+    os_name: str
+    os_version: str
+    kernel_version: str
+    iggy_server_version: str
+    iggy_server_semver: int | None
+    cache_metrics: tuple[CacheMetric, ...]
+    threads_count: int
+    free_disk_space: int
+    total_disk_space: int
+
+    def encode(self) -> bytes:
+        """The reply payload."""
+        writer = Writer()
+        writer.u32(self.process_id)
+        writer.f32(self.cpu_usage)
+        writer.f32(self.total_cpu_usage)
+        for value in (
+            self.memory_usage,
+            self.total_memory,
+            self.available_memory,
+            self.run_time,
+            self.start_time,
+            self.read_bytes,
+            self.written_bytes,
+            self.messages_size_bytes,
+        ):
+            writer.u64(value)
+        writer.u32(self.streams_count)
+        writer.u32(self.topics_count)
+        writer.u32(self.partitions_count)
+        writer.u32(self.segments_count)
+        writer.u64(self.messages_count)
+        writer.u32(self.clients_count)
+        writer.u32(self.consumer_groups_count)
+        for text in (
+            self.hostname,
+            self.os_name,
+            self.os_version,
+            self.kernel_version,
+            self.iggy_server_version,
+        ):
+            write_str32(writer, text)
+        if self.iggy_server_semver == 0:
+            raise ValueError("semver 0 is the wire's 'unknown'; use None")
+        writer.u32(self.iggy_server_semver or 0)
+        writer.u32(len(self.cache_metrics))
+        for metric in self.cache_metrics:
+            writer.u32(metric.stream_id)
+            writer.u32(metric.topic_id)
+            writer.u32(metric.partition_id)
+            writer.u64(metric.hits)
+            writer.u64(metric.misses)
+            writer.f32(metric.hit_ratio)
+        writer.u32(self.threads_count)
+        writer.u64(self.free_disk_space)
+        writer.u64(self.total_disk_space)
+        return writer.getvalue()
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse the reply payload."""
+        reader = Reader(body)
+        process_id = reader.u32()
+        cpu_usage = reader.f32()
+        total_cpu_usage = reader.f32()
+        memory_usage, total_memory, available_memory, run_time = (
+            reader.u64(),
+            reader.u64(),
+            reader.u64(),
+            reader.u64(),
+        )
+        start_time, read_bytes, written_bytes, messages_size_bytes = (
+            reader.u64(),
+            reader.u64(),
+            reader.u64(),
+            reader.u64(),
+        )
+        streams_count, topics_count = reader.u32(), reader.u32()
+        partitions_count, segments_count = reader.u32(), reader.u32()
+        messages_count = reader.u64()
+        clients_count, consumer_groups_count = reader.u32(), reader.u32()
+        hostname = read_str32(reader)
+        os_name = read_str32(reader)
+        os_version = read_str32(reader)
+        kernel_version = read_str32(reader)
+        server_version = read_str32(reader)
+        semver = reader.u32()
+        count = reader.u32()
+        check_count(count, reader, 32, "cache metrics")
+        metrics = tuple(
+            CacheMetric(
+                reader.u32(), reader.u32(), reader.u32(), reader.u64(), reader.u64(), reader.f32()
+            )
+            for _ in range(count)
+        )
+        threads_count = reader.u32()
+        free_disk_space = reader.u64()
+        total_disk_space = reader.u64()
+        reader.finish("stats")
+        return cls(
+            process_id,
+            cpu_usage,
+            total_cpu_usage,
+            memory_usage,
+            total_memory,
+            available_memory,
+            run_time,
+            start_time,
+            read_bytes,
+            written_bytes,
+            messages_size_bytes,
+            streams_count,
+            topics_count,
+            partitions_count,
+            segments_count,
+            messages_count,
+            clients_count,
+            consumer_groups_count,
+            hostname,
+            os_name,
+            os_version,
+            kernel_version,
+            server_version,
+            semver or None,
+            metrics,
+            threads_count,
+            free_disk_space,
+            total_disk_space,
+        )

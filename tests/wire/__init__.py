@@ -1,0 +1,1 @@
+"""Tests of the sans-IO wire codec (``sdk.wire``)."""
