@@ -18,3 +18,54 @@ Vocabulary (one word per idea, used everywhere in this package):
 Nothing in this package reads a clock, touches a socket, or draws randomness except
 from an injected ``random.Random``. Raft words (leader, term, entry) are not used here.
 """
+
+from consensus.config import ReplicaConfig
+from consensus.events import (
+    Action,
+    AppendToJournal,
+    ClientError,
+    ClientRequested,
+    Event,
+    MessageReceived,
+    PrepareSynced,
+    PrepareWritten,
+    ReplyToClient,
+    SendToReplica,
+    SyncJournal,
+    Ticked,
+    TruncateJournal,
+    WriteCheckpoint,
+    WriteSuperblock,
+)
+from consensus.messages import Message, MessageError, Prepare, decode_message, encode_message
+from consensus.protocols import DurableState, Log, StateMachine
+from consensus.replica import Replica, Status
+
+__all__ = [
+    "Action",
+    "AppendToJournal",
+    "ClientError",
+    "ClientRequested",
+    "DurableState",
+    "Event",
+    "Log",
+    "Message",
+    "MessageError",
+    "MessageReceived",
+    "Prepare",
+    "PrepareSynced",
+    "PrepareWritten",
+    "Replica",
+    "ReplicaConfig",
+    "ReplyToClient",
+    "SendToReplica",
+    "StateMachine",
+    "Status",
+    "SyncJournal",
+    "Ticked",
+    "TruncateJournal",
+    "WriteCheckpoint",
+    "WriteSuperblock",
+    "decode_message",
+    "encode_message",
+]

@@ -1,0 +1,151 @@
+"""Events a replica consumes and actions it returns: the whole sans-IO surface of a replica.
+
+Events are facts, named in the past tense; actions are orders for the host, named as
+imperative nouns. The host feeds one event to ``Replica.step`` and executes the returned
+actions in order (see :mod:`consensus.protocols` for the ordering contract).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from consensus.messages import Message, Prepare
+from consensus.protocols import DurableState
+
+# Events ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MessageReceived:
+    """A decoded message from another replica of this group arrived."""
+
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class Ticked:
+    """One tick of time passed (10 ms in production); all timeouts are counted in ticks."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRequested:
+    """A client request for this group reached this replica.
+
+    ``timestamp_us`` is the host's wall clock, as data: the primary stamps it (made
+    monotonic) into the prepare so the state machine never reads a clock.
+    """
+
+    client_id: int
+    session: int
+    request: int
+    operation: int
+    body: bytes
+    timestamp_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareWritten:
+    """Every append up to ``op`` (whose prepare has ``checksum``) is written to the journal."""
+
+    op: int
+    checksum: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareSynced:
+    """A journal sync covering ``op`` (whose prepare has ``checksum``) completed."""
+
+    op: int
+    checksum: bytes
+
+
+Event = MessageReceived | Ticked | ClientRequested | PrepareWritten | PrepareSynced
+
+
+# Actions -----------------------------------------------------------------------------------
+
+
+class ClientError(enum.Enum):
+    """Why a request got an error reply instead of a state-machine reply."""
+
+    #: The client has no session in this group: it must register (log in) first.
+    NO_SESSION = "no_session"
+    #: The client's session was evicted from the client table or superseded by a newer
+    #: register; the request may or may not have been applied, and the client must
+    #: register again. Never answered with someone else's reply.
+    SESSION_EVICTED = "session_evicted"
+
+
+@dataclass(frozen=True, slots=True)
+class SendToReplica:
+    """Send ``message`` to replica ``replica`` of this group (best effort, may be lost)."""
+
+    replica: int
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyToClient:
+    """Answer a client request: the committed reply of op ``op``, or ``error``."""
+
+    client_id: int
+    session: int
+    request: int
+    op: int
+    reply: bytes
+    error: ClientError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AppendToJournal:
+    """Append ``prepare`` after the journal's current last op (its op is that plus one)."""
+
+    prepare: Prepare
+
+
+@dataclass(frozen=True, slots=True)
+class SyncJournal:
+    """Make every append so far durable, then report ``PrepareSynced(op, checksum)``."""
+
+    op: int
+    checksum: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TruncateJournal:
+    """Discard every op above ``after_op`` (they were never committed)."""
+
+    after_op: int
+
+
+@dataclass(frozen=True, slots=True)
+class WriteSuperblock:
+    """Persist ``state``; durable before any later action of the same step runs."""
+
+    state: DurableState
+
+
+@dataclass(frozen=True, slots=True)
+class WriteCheckpoint:
+    """Persist ``snapshot`` as the state after op ``op``; the journal continues at op + 1.
+
+    Ops up to ``op`` may be discarded from the journal. If the journal's last op is not
+    ``op`` (state transfer jumped over a gap, or the journal holds ops above it), the host
+    resets it so that the next append is ``op + 1``. A ``WriteSuperblock`` naming the new
+    checkpoint follows in the same step.
+    """
+
+    op: int
+    snapshot: bytes
+
+
+Action = (
+    SendToReplica
+    | ReplyToClient
+    | AppendToJournal
+    | SyncJournal
+    | TruncateJournal
+    | WriteSuperblock
+    | WriteCheckpoint
+)

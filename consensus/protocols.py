@@ -1,0 +1,92 @@
+"""What a replica needs from its host: the log, the state machine and the durable state.
+
+Purpose: the contracts between the sans-IO replica and the code that hosts it (the trio
+runtime, the simulator, the tests). The journal package is never imported here; the host
+adapts its journal to :class:`Log`.
+
+Host contract (the host executes the actions of one ``step`` in order):
+
+1. ``AppendToJournal``, ``TruncateJournal`` and ``WriteCheckpoint`` take effect in the
+   log's reads before the next ``step``: ``Log.read`` sees an appended prepare at once,
+   whether or not it is written yet ("read your writes").
+2. ``WriteSuperblock`` is durable before any later action of the same list is executed.
+   The replica relies on this ordering rule: it emits the superblock write before the
+   view-scoped messages that depend on it (VSR Revisited §4.3 assumes no disk; the fix,
+   as in TigerBeetle, is to persist view and log_view before sending anything that
+   reveals them).
+3. ``PrepareWritten(op, checksum)`` is reported once every append up to ``op`` is written,
+   in append order; ``PrepareSynced(op, checksum)`` once a ``SyncJournal`` covering ``op``
+   has completed. A report whose checksum no longer matches (the op was truncated and
+   replaced meanwhile) is ignored by the replica.
+4. After a crash the host passes the last durable :class:`DurableState` (the superblock)
+   and the snapshot of the last ``WriteCheckpoint`` to the new replica, and its log holds
+   whatever prepares survived, with ``faulty_ops`` naming records recovery found corrupt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from consensus.messages import Prepare
+
+
+@dataclass(frozen=True, slots=True)
+class DurableState:
+    """The replica-local state that survives a crash: the superblock's consensus fields.
+
+    Invariants: ``log_view <= view``; view, log_view, commit and checkpoint never move
+    backwards across writes (checkpoint moves forward by state transfer too).
+    """
+
+    #: The highest view this replica has joined (it will never take part in a lower one).
+    view: int
+    #: The latest view in which this replica's log was installed in normal status; when it
+    #: is durable, the journal holds that view's log at least up to the view's start op.
+    log_view: int
+    #: Every op up to ``commit`` is committed and was in the journal when this was written.
+    commit: int
+    #: The op of the last checkpoint snapshot (0: none); ops up to it need not be in the log.
+    checkpoint: int
+
+    def __post_init__(self) -> None:
+        assert 0 <= self.log_view <= self.view
+        assert 0 <= self.checkpoint <= self.commit
+
+
+class Log(Protocol):
+    """The group's journal as the replica sees it (the host owns and writes it)."""
+
+    def read(self, op: int) -> Prepare | None:
+        """The intact prepare at ``op``, or None if absent, discarded or corrupt."""
+        ...
+
+    def op_max(self) -> int:
+        """The highest op held (0 for an empty log)."""
+        ...
+
+    def faulty_ops(self) -> Sequence[int]:
+        """Ops whose records recovery found corrupt, in ascending order (checked at start)."""
+        ...
+
+
+class StateMachine(Protocol):
+    """The replicated application: deterministic, fed committed prepares in op order."""
+
+    def apply(self, prepare: Prepare) -> bytes:
+        """Execute one committed op and return the reply body.
+
+        The result must depend only on the state and the prepare: anything random or
+        time-dependent is chosen by the primary and carried in the prepare (VSR Revisited
+        §4.4), so every replica computes identical bytes.
+        """
+        ...
+
+    def snapshot(self) -> bytes:
+        """A deterministic encoding of the whole state after the last applied op."""
+        ...
+
+    def restore(self, snapshot: bytes) -> None:
+        """Replace the whole state with one produced by ``snapshot``."""
+        ...

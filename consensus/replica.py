@@ -1,0 +1,1415 @@
+"""The sans-IO VSR replica of one group: ``Replica.step(event) -> list[Action]``.
+
+Purpose: Viewstamped Replication Revisited (Liskov & Cowling 2012) with the fixes real
+systems made: durable view and log_view, a client table of committed replies only, a
+restarted replica that does not vote or ack until it has rejoined, and truncation of
+uncommitted ops only on a proof that they never committed.
+
+Invariants (checked at the end of every ``step`` by ``_check_invariants``):
+
+1. ``log_view <= view``; durable view and log_view never exceed the in-memory ones, and
+   status normal means ``log_view == view``.
+2. ``commit_min <= journal_verified_op <= journal_op``: every applied op is in the
+   journal, the journal is a hash chain, and ops up to ``journal_verified_op`` are known to
+   belong to the current log.
+3. ``commit_min <= commit_max``; the primary in normal status has at most
+   ``pipeline_prepares_max`` ops above ``commit_max``.
+4. Ops are applied in op order, each once, and never above ``commit_max``.
+5. A PrepareOk for op n in view v is sent only when every op up to n is durable in the
+   journal and log_view v is durable.
+6. The client table holds committed requests only and at most ``clients_max`` entries.
+
+Theory of operation.
+
+*Normal case (§4.1).* The primary of view v in group g is replica ``(v + g) % n``. It turns
+a client request into a prepare (op, view, commit, parent checksum, timestamp), appends it
+to its journal and sends it to every backup (star replication). A backup accepts prepares
+of its view, appends them in op order (a gap is repaired from the primary) and acknowledges
+the highest op that is durable: written, or synced when the group is ``persisted``. The
+primary commits the contiguous prefix of ops acknowledged by a majority (its own durable
+copy included), applies them, replies, and tells backups through the commit number of the
+next prepare or an idle Commit heartbeat. Backups apply up to the commit number only.
+
+*View change (§4.2).* A backup that hears nothing from its primary moves to view v + 1 and
+sends StartViewChange; a majority of them sends DoViewChange to the new primary, with the
+sender's log_view, op, commit and the headers of the top of its log. The new primary takes
+the log of the DoViewChange with the highest log_view, then the highest op (§4.2 step 3),
+keeps every op that may have committed, truncates from the lowest op that a *nack quorum*
+proves never committed (a replica nacks a header it does not hold durably: it cannot have
+acknowledged it), repairs missing prepares from peers, makes log_view durable and sends
+StartView. Backups install it: keep the journal up to the point where it agrees with the
+new log (checked by hash chain), truncate above, repair the rest. View and log_view are
+written to the superblock before any message that reveals them.
+
+*Restart (§4.3 replaced).* We keep everything on disk, so the paper's Recovery protocol is
+replaced by TigerBeetle-style RequestStartView with a nonce, drawn from the injected PRNG
+at each start. A restarted replica is ``recovering``: it neither votes nor acks, it asks
+every peer for the current view and accepts only a StartView that echoes its nonce (or is
+for a view above its durable one), so a StartView sent before the crash cannot roll it
+back to a log shorter than what it acknowledged. One answer from the primary is enough,
+unlike the paper's f + 1, because the durable view already stops the replica from joining
+an older view, which is what the paper's quorum protects against. A replica whose log is
+trustworthy (the group is ``persisted``, so it acked only synced prepares, and recovery
+found no corruption; or the group has one replica) may also vote in a view change after
+its requests go unanswered, so a whole cluster can restart. An untrusted replica of a
+``replicated`` group may have lost acknowledged prepares and waits for a live primary: if
+more than f replicas of such a group restart together, the group stops rather than lose
+committed ops.
+
+*Repair and state transfer (§5.2).* Missing prepares are requested by op range in chunks
+of ``repair_chunk_max`` and verified by checksum against the known header, or against the
+parent checksum of the next op. A replica more than ``repair_ops_max`` behind the commit,
+or whose repair makes no progress, fetches a snapshot (state machine and client table) in
+chunks and resumes from its op; state transfer never changes the view.
+
+The four decisions a simulator may break on purpose each live in one method:
+``_canonical_do_view_change`` (which log a new primary takes), ``_ackable_op`` (when a
+backup may send PrepareOk), ``_commit_client_reply`` (where the client table is updated)
+and ``_apply_op_max`` (how far a replica may apply).
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import struct
+from dataclasses import dataclass, field
+from typing import Final
+
+from consensus.client_table import ClientTable, Verdict
+from consensus.config import (
+    REPLICAS_MAX,
+    ReplicaConfig,
+    Timeout,
+    quorum_nack,
+    quorum_replication,
+    quorum_view_change,
+)
+from consensus.events import (
+    Action,
+    AppendToJournal,
+    ClientError,
+    ClientRequested,
+    Event,
+    MessageReceived,
+    PrepareSynced,
+    PrepareWritten,
+    ReplyToClient,
+    SendToReplica,
+    SyncJournal,
+    Ticked,
+    TruncateJournal,
+    WriteCheckpoint,
+    WriteSuperblock,
+)
+from consensus.messages import (
+    PREPARE_HEADER,
+    VIEW_HEADERS_MAX,
+    Commit,
+    DoViewChange,
+    Message,
+    MessageError,
+    Prepare,
+    PrepareHeader,
+    PrepareOk,
+    RequestPrepares,
+    RequestSnapshot,
+    RequestStartView,
+    SnapshotChunk,
+    StartView,
+    StartViewChange,
+    checksum,
+    make_prepare_header,
+    root_header,
+    unpack_prepare_header,
+)
+from consensus.protocols import DurableState, Log, StateMachine
+
+_SNAPSHOT_HEADER: Final = struct.Struct("<4sQIQ")  # magic, op, client table size, sm size
+_SNAPSHOT_MAGIC: Final = b"VSS1"
+
+
+class Status(enum.Enum):
+    NORMAL = "normal"
+    VIEW_CHANGE = "view_change"
+    RECOVERING = "recovering"
+
+
+@dataclass(slots=True)
+class _StateTransfer:
+    """A snapshot being fetched chunk by chunk from one peer."""
+
+    peer: int
+    op: int = 0
+    size: int = 0
+    snapshot_checksum: bytes = b""
+    data: bytearray = field(default_factory=bytearray)
+
+
+def encode_snapshot(op: int, header: PrepareHeader, table: bytes, state: bytes) -> bytes:
+    """The state after op ``op``: its header (the chain anchor), client table, state machine."""
+    assert header.op == op
+    return (
+        _SNAPSHOT_HEADER.pack(_SNAPSHOT_MAGIC, op, len(table), len(state))
+        + header.pack()
+        + table
+        + state
+    )
+
+
+def decode_snapshot(data: bytes) -> tuple[int, PrepareHeader, bytes, bytes]:
+    """Inverse of ``encode_snapshot``; MessageError if the bytes are not a snapshot."""
+    if len(data) < _SNAPSHOT_HEADER.size + PREPARE_HEADER.size:
+        raise MessageError("truncated snapshot")
+    magic, op, table_size, state_size = _SNAPSHOT_HEADER.unpack_from(data, 0)
+    offset = _SNAPSHOT_HEADER.size
+    header = unpack_prepare_header(data, offset)
+    offset += PREPARE_HEADER.size
+    if magic != _SNAPSHOT_MAGIC or header.op != op:
+        raise MessageError("snapshot magic or op is wrong")
+    if len(data) != offset + table_size + state_size:
+        raise MessageError("snapshot length is wrong")
+    table = data[offset : offset + table_size]
+    state = data[offset + table_size :]
+    return op, header, table, state
+
+
+class Replica:
+    """One replica of one VSR group; see the module docstring."""
+
+    def __init__(
+        self,
+        group: int,
+        replica: int,
+        replica_count: int,
+        log: Log,
+        state_machine: StateMachine,
+        prng: random.Random,
+        *,
+        persisted: bool = False,
+        durable: DurableState | None = None,
+        checkpoint: bytes | None = None,
+        register_operation: int | None = None,
+        config: ReplicaConfig | None = None,
+    ) -> None:
+        """Create a replica.
+
+        Args:
+            group: the group id; the primary of view v is ``(v + group) % replica_count``.
+            replica: this replica's index, ``0 <= replica < replica_count``.
+            replica_count: the number of replicas in the group (1 to REPLICAS_MAX).
+            log: the journal, read by the replica, written by the host through actions.
+            state_machine: the application, fed committed prepares in op order.
+            prng: the only source of randomness (nonces, timeout jitter, peer choice).
+            persisted: acknowledge a prepare only once synced, not merely written.
+            durable: the superblock read at start; None for a freshly formatted replica,
+                which starts in view 0, normal. Anything else is a restart.
+            checkpoint: the snapshot of the last ``WriteCheckpoint`` (restart only).
+            register_operation: the operation code of Register, set for the metadata group
+                (whose committed registers create sessions); None for partition groups.
+            config: bounds and timeouts; defaults to the named constants.
+        """
+        assert 1 <= replica_count <= REPLICAS_MAX
+        assert 0 <= replica < replica_count
+        assert group >= 0
+        self.group = group
+        self.replica = replica
+        self.replica_count = replica_count
+        self.persisted = persisted
+        self.register_operation = register_operation
+        self.config = config if config is not None else ReplicaConfig()
+        self._log = log
+        self._state_machine = state_machine
+        self._prng = prng
+        self._actions: list[Action] = []
+
+        self.client_table = ClientTable(
+            self.config.clients_max, registers_sessions=register_operation is not None
+        )
+        root = root_header(group)
+        self.status = Status.NORMAL
+        self.view = 0
+        self.log_view = 0
+        self.commit_min = 0  # applied up to here
+        self.commit_max = 0  # known committed up to here
+        self.op = 0  # head of the current log
+        self.checkpoint_op = 0
+        self.durable = DurableState(view=0, log_view=0, commit=0, checkpoint=0)
+        # Headers of the current log (canonical for log_view) for ops >= commit_min.
+        self._headers: dict[int, PrepareHeader] = {0: root}
+        # Headers of the journal for ops in [commit_min, journal_op] (a hash chain).
+        self._journal: dict[int, PrepareHeader] = {0: root}
+        self.journal_op = 0
+        self.journal_verified_op = 0
+        # Prepare bodies of the current log above commit_min (journaled or waiting).
+        self._prepares: dict[int, Prepare] = {}
+        # Repair answers that cannot be verified yet (their child header is unknown).
+        self._stash: dict[int, Prepare] = {}
+        self._op_written = 0
+        self._op_synced = 0
+        self._sync_needed = False
+        self._sync_requested_op = 0
+        # The op at which the current view's log was installed (from StartView).
+        self._view_op = 0
+        self._acked_op = 0  # the highest op this backup acknowledged in this view
+        # Primary: ack bitmask per op in the pipeline (commit_max, op].
+        self._acks: dict[int, int] = {}
+        # View change.
+        self._start_view_change_from = 0  # bitmask of replicas
+        self._do_view_changes: dict[int, DoViewChange] = {}
+        self._do_view_change_sent = False
+        self._view_change_decided = False
+        self._view_seen_max = 0
+        # Recovery.
+        self.nonce = 0
+        self.log_intact = True
+        self._recovering_from = 0  # bitmask: peers seen asking for the view while recovering
+        self._recovering_attempts = 0
+        # Repair and state transfer.
+        self._repair_lo_last = -1
+        self._repair_attempts = 0
+        self._state_transfer: _StateTransfer | None = None
+        self._snapshot_cache: tuple[int, bytes, bytes] | None = None  # op, bytes, checksum
+
+        cfg = self.config
+        self._timeout_prepare = Timeout("prepare", cfg.prepare_timeout_ticks)
+        self._timeout_commit = Timeout("commit", cfg.commit_interval_ticks)
+        self._timeout_normal = Timeout("normal", cfg.normal_timeout_ticks, jitter=True)
+        self._timeout_view_change = Timeout(
+            "view_change", cfg.view_change_timeout_ticks, jitter=True
+        )
+        self._timeout_view_change_resend = Timeout(
+            "view_change_resend", cfg.view_change_resend_ticks
+        )
+        self._timeout_repair = Timeout("repair", cfg.repair_timeout_ticks)
+        self._timeout_recovering = Timeout("recovering", cfg.recovering_timeout_ticks, jitter=True)
+        self._timeout_state_transfer = Timeout("state_transfer", cfg.state_transfer_timeout_ticks)
+        for timeout in self._timeouts():
+            timeout.reset(prng)
+
+        if durable is None:
+            assert log.op_max() == 0, "a freshly formatted replica has an empty journal"
+        else:
+            self._restart(durable, checkpoint)
+        self._check_invariants()
+
+    # Public surface ----------------------------------------------------------------------
+
+    def primary_index(self, view: int) -> int:
+        return (view + self.group) % self.replica_count
+
+    @property
+    def primary(self) -> int:
+        """The index of the primary of this replica's view."""
+        return self.primary_index(self.view)
+
+    @property
+    def is_primary(self) -> bool:
+        return self.primary == self.replica
+
+    def step(self, event: Event) -> list[Action]:
+        """Feed one event; return the actions for the host, in the order to execute them."""
+        if isinstance(event, MessageReceived):
+            self._on_message(event.message)
+        elif isinstance(event, Ticked):
+            self._on_tick()
+        elif isinstance(event, ClientRequested):
+            self.on_client_requested(event)
+        elif isinstance(event, PrepareWritten):
+            self.on_prepare_written(event)
+        else:
+            assert isinstance(event, PrepareSynced)
+            self.on_prepare_synced(event)
+        self._advance()
+        self._check_invariants()
+        actions, self._actions = self._actions, []
+        return actions
+
+    # Restart -----------------------------------------------------------------------------
+
+    def _restart(self, durable: DurableState, checkpoint: bytes | None) -> None:
+        """Rebuild memory from the superblock, the checkpoint and the journal (§4.3)."""
+        self.status = Status.RECOVERING
+        self.durable = durable
+        self.checkpoint_op = durable.checkpoint
+        self.view = durable.view
+        self.log_view = durable.log_view
+        self._view_seen_max = durable.view
+        if durable.checkpoint > 0:
+            assert checkpoint is not None, "the host must pass the checkpoint snapshot"
+            op, header, table, state = decode_snapshot(checkpoint)
+            assert op == durable.checkpoint
+            self._install_snapshot_state(op, header, table, state)
+        faulty = list(self._log.faulty_ops())
+        # Load the journal above the checkpoint, stopping at the first record that is
+        # missing, corrupt or off the hash chain: everything above it is re-fetched.
+        log_op_max = self._log.op_max()
+        previous = self._journal[self.commit_min]
+        op = self.commit_min
+        while op < log_op_max:
+            prepare = self._log.read(op + 1)
+            if (
+                prepare is None
+                or prepare.op != op + 1
+                or prepare.header.parent != previous.checksum
+            ):
+                break
+            previous = prepare.header
+            op += 1
+            self._journal[op] = previous
+            self._headers[op] = previous
+        self.journal_op = op
+        self.journal_verified_op = op
+        self.op = op
+        self._op_written = op
+        self._op_synced = op
+        if op < log_op_max:
+            self._actions.append(TruncateJournal(after_op=op))
+        self.commit_max = max(self.commit_min, durable.commit)
+        # Replay: committed ops in the journal are applied silently (no replies).
+        self._apply_committed()
+        # Corruption means we may have acknowledged what we no longer hold: such a replica
+        # must never vote before it has rejoined (Protocol-Aware Recovery).
+        self.log_intact = not faulty and op == log_op_max
+        self.nonce = self._prng.getrandbits(63) + 1
+        if self.replica_count == 1:
+            # Nobody to ask: the log is all there is.
+            self._start_view_change(self.view + 1)
+        else:
+            self._send_request_start_view()
+
+    # Dispatch ----------------------------------------------------------------------------
+
+    def _on_message(self, message: Message) -> None:
+        if isinstance(message, Prepare):
+            if message.header.group == self.group:
+                self.on_prepare(message)
+            return
+        if message.group != self.group or message.replica == self.replica:
+            return
+        if not 0 <= message.replica < self.replica_count:
+            return
+        self._view_seen_max = max(self._view_seen_max, message.view)
+        if isinstance(message, PrepareOk):
+            self.on_prepare_ok(message)
+        elif isinstance(message, Commit):
+            self.on_commit(message)
+        elif isinstance(message, StartViewChange):
+            self.on_start_view_change(message)
+        elif isinstance(message, DoViewChange):
+            self.on_do_view_change(message)
+        elif isinstance(message, StartView):
+            self.on_start_view(message)
+        elif isinstance(message, RequestStartView):
+            self.on_request_start_view(message)
+        elif isinstance(message, RequestPrepares):
+            self.on_request_prepares(message)
+        elif isinstance(message, RequestSnapshot):
+            self.on_request_snapshot(message)
+        else:
+            assert isinstance(message, SnapshotChunk)
+            self.on_snapshot_chunk(message)
+
+    def _timeouts(self) -> tuple[Timeout, ...]:
+        return (
+            self._timeout_prepare,
+            self._timeout_commit,
+            self._timeout_normal,
+            self._timeout_view_change,
+            self._timeout_view_change_resend,
+            self._timeout_repair,
+            self._timeout_recovering,
+            self._timeout_state_transfer,
+        )
+
+    def _on_tick(self) -> None:
+        # Every timeout runs all the time; each handler acts only when it applies.
+        if self._timeout_prepare.tick(self._prng):
+            self.on_prepare_timeout()
+        if self._timeout_commit.tick(self._prng):
+            self.on_commit_timeout()
+        if self._timeout_normal.tick(self._prng):
+            self.on_normal_timeout()
+        if self._timeout_view_change.tick(self._prng):
+            self.on_view_change_timeout()
+        if self._timeout_view_change_resend.tick(self._prng):
+            self.on_view_change_resend_timeout()
+        if self._timeout_repair.tick(self._prng):
+            self.on_repair_timeout()
+        if self._timeout_recovering.tick(self._prng):
+            self.on_recovering_timeout()
+        if self._timeout_state_transfer.tick(self._prng):
+            self.on_state_transfer_timeout()
+
+    # Helpers -----------------------------------------------------------------------------
+
+    def _send(self, replica: int, message: Message) -> None:
+        assert replica != self.replica
+        self._actions.append(SendToReplica(replica=replica, message=message))
+
+    def _broadcast(self, message: Message) -> None:
+        for replica in range(self.replica_count):
+            if replica != self.replica:
+                self._send(replica, message)
+
+    def _others(self) -> list[int]:
+        return [r for r in range(self.replica_count) if r != self.replica]
+
+    def _random_peer(self) -> int:
+        others = self._others()
+        assert others
+        return others[self._prng.randrange(len(others))]
+
+    def _write_superblock(self) -> None:
+        """Persist view, durable log_view, commit and checkpoint if any of them moved."""
+        view = self.view
+        log_view = self._log_view_durable_target()
+        if (view, log_view, self.checkpoint_op) == (
+            self.durable.view,
+            self.durable.log_view,
+            self.durable.checkpoint,
+        ):
+            return  # the commit alone is a hint, not worth a superblock write per op
+        state = DurableState(
+            view=view,
+            log_view=log_view,
+            commit=max(self.durable.commit, self.commit_min),
+            checkpoint=self.checkpoint_op,
+        )
+        if state != self.durable:
+            assert state.view >= self.durable.view
+            assert state.log_view >= self.durable.log_view
+            self.durable = state
+            self._actions.append(WriteSuperblock(state=state))
+
+    def _log_view_durable_target(self) -> int:
+        # log_view is made durable only once the journal durably holds the view's log up
+        # to the op the view started at, so a restart never pairs a new log_view with an
+        # old journal (tigerbeetle#2253 found the same hole).
+        if (
+            self.status is Status.NORMAL
+            and self.journal_verified_op >= self._view_op
+            and self._op_durable() >= self._view_op
+        ):
+            return self.log_view
+        return self.durable.log_view
+
+    def _op_durable(self) -> int:
+        durable = self._op_synced if self.persisted else self._op_written
+        return min(durable, self.journal_op)
+
+    def _quorum_replication(self) -> int:
+        return quorum_replication(self.replica_count)
+
+    # Decision points ---------------------------------------------------------------------
+
+    def _canonical_do_view_change(self, dvcs: list[DoViewChange]) -> DoViewChange:
+        """The DoViewChange whose log the new view takes (§4.2 step 3).
+
+        Highest log_view first: logs from the latest normal view contain every committed
+        op. Only among those does the longest win; a longer log from an older view may hold
+        ops that a later view replaced.
+        """
+        return max(dvcs, key=lambda d: (d.log_view, d.op, -d.replica))
+
+    def _ackable_op(self) -> int:
+        """The highest op this backup may acknowledge: durable and in the current log."""
+        return min(self._op_durable(), self.journal_verified_op)
+
+    def _commit_client_reply(self, prepare: Prepare, reply: bytes) -> None:
+        """Record a committed reply in the client table: the only writer of the table."""
+        register = (
+            self.register_operation is not None
+            and prepare.header.operation == self.register_operation
+        )
+        self.client_table.commit(prepare, reply, register=register)
+
+    def _apply_op_max(self) -> int:
+        """The highest op this replica may apply: committed and in the verified journal."""
+        return min(self.commit_max, self.journal_verified_op)
+
+    # Client requests ---------------------------------------------------------------------
+
+    def on_client_requested(self, event: ClientRequested) -> None:
+        # Only a primary in normal status whose table reflects every committed op may
+        # judge a request; anyone else drops it and the client retries elsewhere.
+        if not (
+            self.status is Status.NORMAL
+            and self.is_primary
+            and self.commit_min == self.commit_max
+            and self.durable.log_view == self.view
+        ):
+            return
+        register = (
+            self.register_operation is not None and event.operation == self.register_operation
+        )
+        # In-flight requests are absorbed by the pipeline: the reply follows its commit.
+        for op in range(self.commit_max + 1, self.op + 1):
+            header = self._headers[op]
+            if header.client_id == event.client_id:
+                return
+        verdict = self.client_table.judge(
+            event.client_id, event.session, event.request, register=register
+        )
+        if verdict is Verdict.STALE:
+            return
+        if verdict is Verdict.DUPLICATE:
+            entry = self.client_table.get(event.client_id)
+            assert entry is not None
+            self._actions.append(
+                ReplyToClient(entry.client_id, entry.session, entry.request, entry.op, entry.reply)
+            )
+            return
+        if verdict is Verdict.NO_SESSION or verdict is Verdict.SESSION_EVICTED:
+            error = (
+                ClientError.NO_SESSION
+                if verdict is Verdict.NO_SESSION
+                else ClientError.SESSION_EVICTED
+            )
+            self._actions.append(
+                ReplyToClient(event.client_id, event.session, event.request, 0, b"", error)
+            )
+            return
+        assert verdict is Verdict.NEW
+        if self.op - self.commit_max >= self.config.pipeline_prepares_max:
+            return  # pipeline full: the client retries
+        if event.client_id == 0:
+            return  # client id 0 is reserved
+        parent = self._headers[self.op]
+        header = make_prepare_header(
+            group=self.group,
+            view=self.view,
+            op=self.op + 1,
+            commit=self.commit_max,
+            parent=parent.checksum,
+            client_id=event.client_id,
+            session=0 if register else event.session,
+            request=event.request,
+            operation=event.operation,
+            # Monotonic, so the state machine sees time move forward across primaries.
+            timestamp_us=max(event.timestamp_us, parent.timestamp_us + 1),
+            body=event.body,
+        )
+        prepare = Prepare(header=header, body=event.body)
+        self.op = header.op
+        self._headers[header.op] = header
+        self._prepares[header.op] = prepare
+        self._acks[header.op] = 0
+        self._append_journal(prepare)
+        for replica in self._others():
+            self._send(replica, prepare)
+        if self.op - self.commit_max == 1:
+            self._timeout_prepare.reset(self._prng)
+
+    # Journal -----------------------------------------------------------------------------
+
+    def _append_journal(self, prepare: Prepare) -> None:
+        header = prepare.header
+        assert header.op == self.journal_op + 1
+        assert self.journal_verified_op == self.journal_op
+        assert header.parent == self._journal[self.journal_op].checksum
+        self._journal[header.op] = header
+        self.journal_op = header.op
+        self.journal_verified_op = header.op
+        self._actions.append(AppendToJournal(prepare=prepare))
+        self._sync_needed = self.persisted
+
+    def _truncate_journal(self, after_op: int) -> None:
+        assert self.commit_min <= after_op < self.journal_op
+        for op in range(after_op + 1, self.journal_op + 1):
+            del self._journal[op]
+        self.journal_op = after_op
+        self.journal_verified_op = min(self.journal_verified_op, after_op)
+        self._op_written = min(self._op_written, after_op)
+        self._op_synced = min(self._op_synced, after_op)
+        self._sync_requested_op = min(self._sync_requested_op, after_op)
+        self._actions.append(TruncateJournal(after_op=after_op))
+
+    def on_prepare_written(self, event: PrepareWritten) -> None:
+        header = self._journal.get(event.op)
+        if header is None or header.checksum != event.checksum:
+            return  # truncated and replaced since, or already applied and pruned
+        self._op_written = max(self._op_written, event.op)
+
+    def on_prepare_synced(self, event: PrepareSynced) -> None:
+        header = self._journal.get(event.op)
+        if header is None or header.checksum != event.checksum:
+            return
+        self._op_synced = max(self._op_synced, event.op)
+
+    def _expected_checksum(self, op: int) -> bytes | None:
+        """The checksum op must have in the current log, if known (by header or chain)."""
+        header = self._headers.get(op)
+        if header is not None:
+            return header.checksum
+        child = self._headers.get(op + 1)
+        if child is not None:
+            return child.parent
+        return None
+
+    def _verify_journal(self) -> None:
+        """Advance journal_verified_op and truncate the journal where it leaves the log."""
+        if self.journal_verified_op == self.journal_op:
+            return
+        # A match at op k proves, by hash chain, that the journal agrees up to k.
+        for op in range(min(self.journal_op, self.op), self.journal_verified_op, -1):
+            expected = self._expected_checksum(op)
+            if expected is not None and expected == self._journal[op].checksum:
+                for verified in range(self.journal_verified_op + 1, op + 1):
+                    self._headers.setdefault(verified, self._journal[verified])
+                self.journal_verified_op = op
+                break
+        next_op = self.journal_verified_op + 1
+        if next_op <= self.journal_op:
+            expected = self._expected_checksum(next_op)
+            beyond_log = next_op > self.op
+            if beyond_log or (expected is not None and expected != self._journal[next_op].checksum):
+                self._truncate_journal(self.journal_verified_op)
+
+    def _append_ready(self) -> None:
+        """Append waiting prepares that continue the verified journal, in op order."""
+        if self.journal_verified_op != self.journal_op:
+            return
+        while True:
+            prepare = self._prepares.get(self.journal_op + 1)
+            if prepare is None:
+                return
+            expected = self._expected_checksum(prepare.op)
+            if expected != prepare.checksum:
+                return
+            if prepare.header.parent != self._journal[self.journal_op].checksum:
+                return
+            self._append_journal(prepare)
+
+    def _learn(self, prepare: Prepare) -> None:
+        """Take a prepare known to belong to the current log, then any it vouches for."""
+        while True:
+            header = prepare.header
+            op = header.op
+            if op <= self.commit_min:
+                return
+            known = self._headers.get(op)
+            if known is not None and known.checksum != header.checksum:
+                return
+            self._headers[op] = header
+            if op > self.journal_verified_op or op not in self._journal:
+                self._prepares[op] = prepare
+            parent = self._stash.pop(op - 1, None)
+            if parent is None or parent.checksum != header.parent:
+                return
+            prepare = parent
+
+    def _prepare_body(self, op: int) -> Prepare | None:
+        prepare = self._prepares.get(op)
+        if prepare is not None:
+            return prepare
+        prepare = self._log.read(op)
+        header = self._journal.get(op)
+        if prepare is None or header is None or prepare.checksum != header.checksum:
+            return None
+        return prepare
+
+    # Advancing ---------------------------------------------------------------------------
+
+    def _advance(self) -> None:
+        """Do everything the current state allows, in dependency order."""
+        if self.status is not Status.RECOVERING:
+            self._verify_journal()
+            self._append_ready()
+        self._maybe_start_view()
+        self._commit_pipeline()
+        self._apply_committed()
+        self._write_superblock()
+        self._send_prepare_oks()
+        self._flush_sync()
+
+    def _flush_sync(self) -> None:
+        if self._sync_needed and self.journal_op > self._sync_requested_op:
+            self._sync_requested_op = self.journal_op
+            self._actions.append(
+                SyncJournal(op=self.journal_op, checksum=self._journal[self.journal_op].checksum)
+            )
+        self._sync_needed = False
+
+    def _commit_pipeline(self) -> None:
+        if not (self.status is Status.NORMAL and self.is_primary):
+            return
+        quorum = self._quorum_replication()
+        own = self._op_durable()
+        while self.commit_max < self.op:
+            op = self.commit_max + 1
+            acks = self._acks.get(op, 0)
+            if own >= op:
+                acks |= 1 << self.replica
+            if acks.bit_count() < quorum:
+                break
+            self.commit_max = op
+            self._acks.pop(op, None)
+
+    def _apply_committed(self) -> None:
+        while self.commit_min < self._apply_op_max():
+            op = self.commit_min + 1
+            prepare = self._prepare_body(op)
+            if prepare is None:
+                # The journal lost or corrupted it: cut there and repair from peers.
+                self._truncate_journal(self.commit_min)
+                return
+            assert prepare.header.parent == self._journal[self.commit_min].checksum
+            reply = self._state_machine.apply(prepare)
+            if prepare.header.client_id != 0:
+                self._commit_client_reply(prepare, reply)
+            del self._journal[self.commit_min]
+            self._headers.pop(self.commit_min, None)
+            self._headers.setdefault(op, self._journal[op])
+            self._prepares.pop(op, None)
+            self._stash.pop(op, None)
+            self.commit_min = op
+            if self.status is Status.NORMAL and self.is_primary and prepare.header.client_id != 0:
+                header = prepare.header
+                entry = self.client_table.get(header.client_id)
+                session = entry.session if entry is not None else header.session
+                self._actions.append(
+                    ReplyToClient(header.client_id, session, header.request, op, reply)
+                )
+            interval = self.config.checkpoint_interval_ops
+            if interval is not None and op % interval == 0:
+                self._checkpoint()
+
+    def _snapshot(self) -> bytes:
+        return encode_snapshot(
+            self.commit_min,
+            self._journal[self.commit_min],
+            self.client_table.encode(),
+            self._state_machine.snapshot(),
+        )
+
+    def _checkpoint(self) -> None:
+        assert self.commit_min <= self.journal_op
+        self.checkpoint_op = self.commit_min
+        self._actions.append(WriteCheckpoint(op=self.commit_min, snapshot=self._snapshot()))
+        self._write_superblock()
+
+    def _send_prepare_oks(self) -> None:
+        if not (
+            self.status is Status.NORMAL
+            and not self.is_primary
+            and self.durable.log_view == self.view
+        ):
+            return
+        op = self._ackable_op()
+        if op > self._acked_op and op >= self.commit_min:
+            self._acked_op = op
+            self._send_prepare_ok(op)
+
+    def _send_prepare_ok(self, op: int) -> None:
+        header = self._journal[op]
+        self._send(
+            self.primary,
+            PrepareOk(self.group, self.replica, self.view, op, header.checksum),
+        )
+
+    # Normal case -------------------------------------------------------------------------
+
+    def on_prepare(self, message: Prepare) -> None:
+        header = message.header
+        if self.status is Status.RECOVERING or header.op <= self.commit_min:
+            return
+        if header.view > self.view:
+            # A newer view exists that we missed; ask its primary rather than guess.
+            self._view_seen_max = max(self._view_seen_max, header.view)
+            self._send_request_start_view(self.primary_index(header.view))
+            return
+        from_current_primary = (
+            self.status is Status.NORMAL
+            and header.view == self.view == self.log_view
+            and not self.is_primary
+        )
+        known = self._journal.get(header.op)
+        if (
+            known is not None
+            and known.checksum == header.checksum
+            and self.status is Status.NORMAL
+            and not self.is_primary
+            and self.durable.log_view == self.view
+            and header.op <= self._ackable_op()
+        ):
+            # A retransmission of a prepare we hold: our ack was probably lost, resend it.
+            self._send_prepare_ok(self._ackable_op())
+        window = self.commit_min + self.config.repair_ops_max + self.config.pipeline_prepares_max
+        if header.op > window:
+            return  # too far ahead to hold; repair or state transfer will catch up
+        if from_current_primary:
+            # Created by this view's primary: part of this view's log by construction.
+            self.op = max(self.op, header.op)
+            self.commit_max = max(self.commit_max, min(header.commit, header.op))
+            self._timeout_normal.reset(self._prng)
+            self._learn(message)
+            return
+        expected = self._expected_checksum(header.op)
+        if expected == header.checksum:
+            self._learn(message)
+        elif (
+            expected is None
+            and self.journal_verified_op < header.op <= self.op
+            and len(self._stash) < self.config.repair_chunk_max * 2
+        ):
+            self._stash[header.op] = message
+
+    def on_prepare_ok(self, message: PrepareOk) -> None:
+        if not (self.status is Status.NORMAL and self.is_primary and message.view == self.view):
+            return
+        if message.op <= self.commit_max or message.op > self.op:
+            return
+        if self._headers[message.op].checksum != message.checksum:
+            return
+        # The ack covers every earlier op too: the backup's journal is a hash chain.
+        for op in range(self.commit_max + 1, message.op + 1):
+            self._acks[op] = self._acks.get(op, 0) | (1 << message.replica)
+
+    def on_commit(self, message: Commit) -> None:
+        if message.view > self.view:
+            if self.status is not Status.RECOVERING:
+                self._send_request_start_view(self.primary_index(message.view))
+            return
+        if not (
+            self.status is Status.NORMAL
+            and message.view == self.view
+            and not self.is_primary
+            and message.replica == self.primary
+        ):
+            return
+        self._timeout_normal.reset(self._prng)
+        self.commit_max = max(self.commit_max, message.commit)
+
+    def on_prepare_timeout(self) -> None:
+        if not (self.status is Status.NORMAL and self.is_primary):
+            return
+        # Resend every unacknowledged prepare to each backup that has not acked it.
+        for op in range(self.commit_max + 1, self.op + 1):
+            prepare = self._prepares.get(op) or self._prepare_body(op)
+            assert prepare is not None
+            acks = self._acks.get(op, 0)
+            for replica in self._others():
+                if not acks & (1 << replica):
+                    self._send(replica, prepare)
+
+    def on_commit_timeout(self) -> None:
+        if self.status is Status.NORMAL and self.is_primary:
+            self._broadcast(Commit(self.group, self.replica, self.view, self.commit_max))
+
+    def on_normal_timeout(self) -> None:
+        if self.status is not Status.NORMAL or self.is_primary:
+            return
+        if self._view_seen_max > self.view:
+            self._send_request_start_view(self.primary_index(self._view_seen_max))
+            return
+        self._start_view_change(self.view + 1)
+
+    # View change -------------------------------------------------------------------------
+
+    @property
+    def trusted(self) -> bool:
+        """Whether a recovering replica may vote on its own log.
+
+        Never with corruption: it may have acknowledged what it no longer holds (PAR).
+        In a ``persisted`` group it acknowledged only synced prepares, so its log is whole.
+        In a ``replicated`` group a power loss may have taken acknowledged prepares, so it
+        waits for a live primary unless a view-change quorum is recovering too: then the
+        whole group restarted and no live replica knows more than the logs on disk.
+        """
+        if not self.log_intact:
+            return False
+        if self.persisted or self.replica_count == 1:
+            return True
+        recovering = self._recovering_from | (1 << self.replica)
+        return recovering.bit_count() >= quorum_view_change(self.replica_count)
+
+    def _may_vote(self) -> bool:
+        return self.status is not Status.RECOVERING or self.trusted
+
+    def _start_view_change(self, view: int) -> None:
+        assert view > self.view or (view == self.view and self.status is Status.RECOVERING)
+        assert self._may_vote()
+        self.view = view
+        self._view_seen_max = max(self._view_seen_max, view)
+        self.status = Status.VIEW_CHANGE
+        self._start_view_change_from = 1 << self.replica
+        self._do_view_changes = {}
+        self._do_view_change_sent = False
+        self._view_change_decided = False
+        self._acks = {}
+        self._state_transfer = None
+        self._timeout_view_change.reset(self._prng)
+        self._timeout_view_change_resend.reset(self._prng)
+        self._write_superblock()  # the new view is durable before anyone hears of it
+        self._broadcast(StartViewChange(self.group, self.replica, self.view))
+        self._maybe_send_do_view_change()
+
+    def _maybe_send_do_view_change(self) -> None:
+        if self._do_view_change_sent or self.status is not Status.VIEW_CHANGE:
+            return
+        if self._start_view_change_from.bit_count() < quorum_view_change(self.replica_count):
+            return
+        self._do_view_change_sent = True
+        message = self._do_view_change_message()
+        if self.is_primary:
+            self._record_do_view_change(message)
+        else:
+            self._send(self.primary, message)
+
+    def _do_view_change_message(self) -> DoViewChange:
+        op_min = max(self.commit_min, self.op - VIEW_HEADERS_MAX + 1, 0)
+        headers: list[PrepareHeader] = []
+        present: list[bool] = []
+        durable = self._ackable_op()
+        for op in range(op_min, self.op + 1):
+            header = self._headers.get(op)
+            if header is None:
+                continue
+            journal = self._journal.get(op)
+            headers.append(header)
+            present.append(
+                op <= durable and journal is not None and journal.checksum == header.checksum
+            )
+        return DoViewChange(
+            group=self.group,
+            replica=self.replica,
+            view=self.view,
+            # Only the durable log_view: a restart must not be able to contradict it.
+            log_view=self.durable.log_view,
+            op=self.op,
+            commit=self.commit_max,
+            headers_op_min=op_min,
+            headers=tuple(headers),
+            present=tuple(present),
+        )
+
+    def on_start_view_change(self, message: StartViewChange) -> None:
+        if message.view < self.view or not self._may_vote():
+            return
+        if message.view > self.view:
+            self._start_view_change(message.view)
+        if self.status is Status.VIEW_CHANGE and message.view == self.view:
+            self._start_view_change_from |= 1 << message.replica
+            self._maybe_send_do_view_change()
+        elif self.status is Status.NORMAL and self.is_primary and message.view == self.view:
+            self._send(message.replica, self._start_view_message(nonce=0))
+
+    def on_do_view_change(self, message: DoViewChange) -> None:
+        if message.view < self.view or not self._may_vote():
+            return
+        if message.view > self.view:
+            self._start_view_change(message.view)
+        if self.primary_index(message.view) != self.replica:
+            return
+        if self.status is Status.NORMAL and message.view == self.view:
+            self._send(message.replica, self._start_view_message(nonce=0))
+        elif self.status is Status.VIEW_CHANGE and message.view == self.view:
+            self._start_view_change_from |= 1 << message.replica
+            self._record_do_view_change(message)
+            self._maybe_send_do_view_change()
+
+    def _record_do_view_change(self, message: DoViewChange) -> None:
+        assert self.is_primary and self.status is Status.VIEW_CHANGE
+        if self._view_change_decided:
+            return
+        self._do_view_changes[message.replica] = message
+        if len(self._do_view_changes) < quorum_view_change(self.replica_count):
+            return
+        if self.replica not in self._do_view_changes:
+            return  # our own log must be part of the decision
+        self._decide_view_log()
+
+    def _nacks(self, dvc: DoViewChange, header: PrepareHeader) -> bool:
+        """Whether ``dvc`` proves its sender never acknowledged ``header``."""
+        if header.op > dvc.op:
+            return True
+        if header.view > dvc.log_view:
+            # Acks in view w need log_view w durable; this prepare was created after the
+            # sender's durable log_view, so the sender cannot have acked it.
+            return True
+        if header.op < dvc.headers_op_min:
+            return False  # outside what the sender told us: unknown, so no proof
+        for known, present in zip(dvc.headers, dvc.present, strict=True):
+            if known.op == header.op:
+                return not (present and known.checksum == header.checksum)
+        return True  # in range but no header at all: the sender cannot have acked it
+
+    def _decide_view_log(self) -> None:
+        """Choose the new view's log from a DoViewChange quorum (§4.2 step 3)."""
+        dvcs = [self._do_view_changes[r] for r in sorted(self._do_view_changes)]
+        canonical = self._canonical_do_view_change(dvcs)
+        commit = max(d.commit for d in dvcs)
+        headers: dict[int, PrepareHeader] = {}
+        # Every DoViewChange from the canonical log_view is a prefix of the same log, so
+        # each may fill gaps in the others.
+        for dvc in dvcs:
+            if dvc.log_view == canonical.log_view:
+                for header in dvc.headers:
+                    if header.op <= canonical.op:
+                        headers.setdefault(header.op, header)
+        for header in canonical.headers:
+            headers[header.op] = header
+        op = max(canonical.op, commit)
+        # Truncate from the lowest op a nack quorum proves uncommitted: nothing above it can
+        # have committed either, as commits are a contiguous prefix.
+        nack_quorum = quorum_nack(self.replica_count)
+        for candidate in range(commit + 1, canonical.op + 1):
+            candidate_header = headers.get(candidate)
+            if candidate_header is None:
+                continue
+            if sum(self._nacks(d, candidate_header) for d in dvcs) >= nack_quorum:
+                op = candidate - 1
+                break
+        self._view_change_decided = True
+        log = {k: h for k, h in headers.items() if k <= op}
+        if op < self.commit_min:
+            return  # cannot be: a committed op is in every later view's log
+        self._install_log(log, op=op, commit=commit, replace=True)
+        self._request_repair()
+
+    def _install_log(
+        self, headers: dict[int, PrepareHeader], *, op: int, commit: int, replace: bool
+    ) -> None:
+        """Make ``headers`` (the top of the new view's log, ending at ``op``) our log.
+
+        ``replace``: the log comes from a newer log_view, so our ops above the commit are
+        only kept where the hash chain proves they belong to it. Otherwise it is the log we
+        already follow and only fills gaps.
+        """
+        assert op >= self.commit_min
+        self.commit_max = max(self.commit_max, commit)
+        if replace:
+            # Forget the old log above the commit; the journal stays until proven wrong.
+            anchor = self._journal[self.commit_min]
+            old = self._prepares
+            self._headers = {self.commit_min: anchor}
+            self._prepares = {}
+            self.journal_verified_op = self.commit_min
+            self.op = op
+            for k in sorted(old):
+                if k > self.commit_min and len(self._stash) < self.config.repair_ops_max:
+                    self._stash[k] = old[k]
+        else:
+            self.op = max(self.op, op)
+        for k in sorted(headers):
+            if k > self.commit_min and k <= op:
+                self._headers.setdefault(k, headers[k])
+        # Stashed bodies may now be verifiable against the new headers.
+        for k in sorted(self._stash):
+            if self._expected_checksum(k) == self._stash[k].checksum:
+                self._learn(self._stash.pop(k))
+        self._repair_attempts = 0
+        self._verify_journal()
+
+    def _maybe_start_view(self) -> None:
+        """New primary: start the view once the decided log is whole and durable."""
+        if not (
+            self.status is Status.VIEW_CHANGE and self.is_primary and self._view_change_decided
+        ):
+            return
+        if self._state_transfer is not None:
+            return
+        if self.journal_verified_op < self.op or self.journal_op < self.op:
+            return
+        if self._op_durable() < self.op:
+            return
+        self.status = Status.NORMAL
+        self.log_view = self.view
+        self._view_op = self.op
+        self._acks = dict.fromkeys(range(self.commit_max + 1, self.op + 1), 0)
+        self._write_superblock()
+        assert self.durable.log_view == self.view
+        self._broadcast(self._start_view_message(nonce=0))
+        self._timeout_prepare.reset(self._prng)
+        self._timeout_commit.reset(self._prng)
+
+    def _start_view_message(self, *, nonce: int) -> StartView:
+        assert self.status is Status.NORMAL and self.is_primary
+        # Every op above the commit, and the committed one below it as the chain anchor.
+        op_min = max(self.commit_min, self.op - VIEW_HEADERS_MAX + 1)
+        headers = tuple(self._headers[k] for k in range(op_min, self.op + 1))
+        return StartView(
+            group=self.group,
+            replica=self.replica,
+            view=self.view,
+            op=self.op,
+            commit=self.commit_max,
+            nonce=nonce,
+            headers=headers,
+        )
+
+    def on_start_view(self, message: StartView) -> None:
+        if message.view < self.view or message.replica != self.primary_index(message.view):
+            return
+        if self.status is Status.RECOVERING:
+            # Only a StartView that post-dates our restart: it echoes our nonce, or it is
+            # for a view we had not joined before the crash.
+            if message.nonce != self.nonce and message.view <= self.durable.view:
+                return
+        elif message.view == self.view and self.status is Status.NORMAL and self.is_primary:
+            return
+        if message.op < self.commit_min:
+            return
+        if message.view > self.view or self.status is not Status.NORMAL:
+            self._acked_op = 0
+        self.view = message.view
+        self._view_seen_max = max(self._view_seen_max, message.view)
+        headers = {h.op: h for h in message.headers}
+        same_log = self.status is Status.NORMAL and self.log_view == message.view
+        self._install_log(headers, op=message.op, commit=message.commit, replace=not same_log)
+        if not same_log:
+            self._view_op = message.op
+        self.status = Status.NORMAL
+        self.log_view = message.view
+        self._write_superblock()
+        self._timeout_normal.reset(self._prng)
+        self._request_repair()
+
+    # Recovery ----------------------------------------------------------------------------
+
+    def _send_request_start_view(self, replica: int | None = None) -> None:
+        message = RequestStartView(self.group, self.replica, self.view, self.nonce)
+        if replica is None:
+            self._broadcast(message)
+        elif replica != self.replica:
+            self._send(replica, message)
+
+    def on_request_start_view(self, message: RequestStartView) -> None:
+        if self.status is Status.RECOVERING:
+            self._recovering_from |= 1 << message.replica
+            return
+        if self.status is Status.NORMAL and self.is_primary and message.view <= self.view:
+            self._send(message.replica, self._start_view_message(nonce=message.nonce))
+        elif message.view > self.view:
+            # The asker promised never to join a view below its own: move up to it.
+            self._start_view_change(message.view)
+
+    def on_recovering_timeout(self) -> None:
+        if self.status is not Status.RECOVERING:
+            return
+        self._recovering_attempts += 1
+        if self.trusted and self._recovering_attempts >= self.config.recovering_attempts_max:
+            self._start_view_change(self.view + 1)
+            return
+        self._send_request_start_view()
+
+    def on_view_change_timeout(self) -> None:
+        if self.status is Status.VIEW_CHANGE:
+            self._start_view_change(self.view + 1)
+
+    def on_view_change_resend_timeout(self) -> None:
+        if self.status is not Status.VIEW_CHANGE:
+            return
+        self._broadcast(StartViewChange(self.group, self.replica, self.view))
+        if self._do_view_change_sent and not self.is_primary:
+            self._send(self.primary, self._do_view_change_message())
+
+    # Repair ------------------------------------------------------------------------------
+
+    def _missing_op_min(self) -> int | None:
+        """The lowest op of the current log we still need a body (or identity) for."""
+        target = max(self.op, self.commit_max)
+        for op in range(self.journal_verified_op + 1, target + 1):
+            expected = self._expected_checksum(op)
+            if expected is not None:
+                if op <= self.journal_op and expected == self._journal[op].checksum:
+                    continue  # the journal already has it; verification will catch up
+                prepare = self._prepares.get(op)
+                if prepare is not None and prepare.checksum == expected:
+                    continue
+            return op
+        return None
+
+    def _request_repair(self) -> None:
+        if self.status is Status.RECOVERING or self.replica_count == 1:
+            return
+        if self._state_transfer is not None:
+            return
+        if self.commit_max - self.commit_min > self.config.repair_ops_max:
+            self._start_state_transfer()
+            return
+        op_min = self._missing_op_min()
+        if op_min is None:
+            self._repair_attempts = 0
+            return
+        if op_min == self._repair_lo_last:
+            self._repair_attempts += 1
+        else:
+            self._repair_lo_last = op_min
+            self._repair_attempts = 0
+        if self._repair_attempts > self.config.repair_attempts_max and op_min <= self.commit_max:
+            self._repair_attempts = 0
+            self._start_state_transfer()
+            return
+        target = max(self.op, self.commit_max)
+        op_max = min(target, op_min + self.config.repair_chunk_max - 1)
+        if self.status is Status.NORMAL and not self.is_primary and self._repair_attempts < 2:
+            peer = self.primary
+        else:
+            peer = self._random_peer()
+        self._send(peer, RequestPrepares(self.group, self.replica, self.view, op_min, op_max))
+
+    def on_repair_timeout(self) -> None:
+        self._request_repair()
+
+    def on_request_prepares(self, message: RequestPrepares) -> None:
+        if self.status is Status.RECOVERING:
+            return
+        op_max = min(message.op_max, message.op_min + self.config.repair_chunk_max - 1)
+        for op in range(max(message.op_min, 1), op_max + 1):
+            if op > self.journal_op:
+                prepare = self._prepares.get(op)
+                if prepare is None or self._expected_checksum(op) != prepare.checksum:
+                    continue
+            else:
+                prepare = self._prepares.get(op) or self._log.read(op)
+                if prepare is None:
+                    continue
+            # The asker verifies every answer by checksum, so sending is always safe.
+            self._send(message.replica, prepare)
+
+    # State transfer ----------------------------------------------------------------------
+
+    def _start_state_transfer(self) -> None:
+        if self.replica_count == 1:
+            return
+        peer = self.primary if not self.is_primary else self._random_peer()
+        self._state_transfer = _StateTransfer(peer=peer)
+        self._timeout_state_transfer.reset(self._prng)
+        self._send(peer, RequestSnapshot(self.group, self.replica, self.view, 0, 0))
+
+    def on_state_transfer_timeout(self) -> None:
+        transfer = self._state_transfer
+        if transfer is None:
+            return
+        # Start over with another peer: the first may be gone or have moved on.
+        transfer.peer = self._random_peer()
+        transfer.op = 0
+        transfer.data = bytearray()
+        self._send(transfer.peer, RequestSnapshot(self.group, self.replica, self.view, 0, 0))
+
+    def on_request_snapshot(self, message: RequestSnapshot) -> None:
+        if self.status is Status.RECOVERING or self.commit_min == 0:
+            return
+        cache = self._snapshot_cache
+        if cache is None or (message.op != cache[0] and cache[0] != self.commit_min):
+            snapshot = self._snapshot()
+            cache = (self.commit_min, snapshot, checksum(snapshot))
+            self._snapshot_cache = cache
+        op, snapshot, snapshot_checksum = cache
+        offset = message.offset if message.op == op else 0
+        if offset > len(snapshot):
+            return
+        data = snapshot[offset : offset + self.config.snapshot_chunk_bytes]
+        self._send(
+            message.replica,
+            SnapshotChunk(
+                self.group,
+                self.replica,
+                self.view,
+                op,
+                len(snapshot),
+                offset,
+                snapshot_checksum,
+                data,
+            ),
+        )
+
+    def on_snapshot_chunk(self, message: SnapshotChunk) -> None:
+        transfer = self._state_transfer
+        if transfer is None or message.replica != transfer.peer:
+            return
+        if message.op <= self.commit_min:
+            self._state_transfer = None  # we caught up some other way
+            return
+        if message.op != transfer.op:
+            if message.offset != 0:
+                return
+            transfer.op = message.op
+            transfer.size = message.size
+            transfer.snapshot_checksum = message.snapshot_checksum
+            transfer.data = bytearray()
+        if message.offset != len(transfer.data) or message.size != transfer.size:
+            return
+        transfer.data += message.data
+        self._timeout_state_transfer.reset(self._prng)
+        if len(transfer.data) < transfer.size:
+            self._send(
+                transfer.peer,
+                RequestSnapshot(
+                    self.group, self.replica, self.view, transfer.op, len(transfer.data)
+                ),
+            )
+            return
+        snapshot = bytes(transfer.data)
+        self._state_transfer = None
+        if checksum(snapshot) != transfer.snapshot_checksum:
+            return
+        try:
+            op, header, table, state = decode_snapshot(snapshot)
+        except MessageError:
+            return
+        if op != transfer.op or op <= self.commit_min:
+            return
+        if self.journal_op > op:
+            self._truncate_journal(max(op, self.commit_min))
+        self._install_snapshot_state(op, header, table, state)
+        self._actions.append(WriteCheckpoint(op=op, snapshot=snapshot))
+        self._write_superblock()
+
+    def _install_snapshot_state(
+        self, op: int, header: PrepareHeader, table: bytes, state: bytes
+    ) -> None:
+        """Jump to the committed state after ``op``; the journal restarts at op + 1."""
+        self.client_table.restore(table)
+        self._state_machine.restore(state)
+        self.commit_min = op
+        self.commit_max = max(self.commit_max, op)
+        self.checkpoint_op = op
+        self._journal = {op: header}
+        self.journal_op = op
+        self.journal_verified_op = op
+        self._op_written = op
+        self._op_synced = op
+        self._sync_requested_op = op
+        self.op = max(self.op, op)
+        self._headers = {k: h for k, h in self._headers.items() if k > op}
+        self._headers[op] = header
+        self._prepares = {k: p for k, p in self._prepares.items() if k > op}
+        self._stash = {k: p for k, p in self._stash.items() if k > op}
+        self._acks = {k: a for k, a in self._acks.items() if k > op}
+
+    # Invariants --------------------------------------------------------------------------
+
+    def _check_invariants(self) -> None:
+        assert 0 <= self.log_view <= self.view
+        assert self.durable.view <= self.view
+        assert self.durable.log_view <= self.log_view
+        if self.status is Status.NORMAL:
+            assert self.log_view == self.view
+        assert self.commit_min <= self.journal_verified_op <= self.journal_op
+        assert self.commit_min <= self.commit_max
+        assert self.checkpoint_op <= self.commit_min
+        assert self.journal_verified_op <= self.op
+        assert min(self._journal) == self.commit_min
+        assert max(self._journal) == self.journal_op
+        assert len(self._journal) == self.journal_op - self.commit_min + 1
+        assert self._headers[self.commit_min] == self._journal[self.commit_min]
+        assert self._op_durable() <= self.journal_op
+        if self.status is Status.NORMAL and self.is_primary:
+            # Above the pipeline bound only right after a view change that followed a restart
+            # of every replica (stale commit hints); new requests wait until it drains.
+            assert all(self.commit_max < k <= self.op for k in self._acks)
+            assert self.journal_op == self.journal_verified_op == self.op
+            assert self.commit_min == self.commit_max or self.commit_min < self.commit_max
+        assert len(self.client_table) <= self.config.clients_max
+        assert all(k > self.commit_min for k in self._prepares)
+        # The journal is a hash chain; ops up to journal_verified_op are in the current log.
+        previous = self._journal[self.commit_min]
+        for op in range(self.commit_min + 1, self.journal_op + 1):
+            header = self._journal[op]
+            assert header.op == op and header.parent == previous.checksum
+            if op <= self.journal_verified_op and op in self._headers:
+                assert self._headers[op] == header
+            previous = header

@@ -1,0 +1,143 @@
+"""An in-memory log and a deterministic state machine for driving replicas without a disk.
+
+Purpose: the smallest real implementations of :class:`consensus.protocols.Log` and
+:class:`consensus.protocols.StateMachine`, for unit tests, scenario tests and simulators
+that want a replica without the segment journal or the broker's state machines.
+
+Invariants:
+
+1. ``MemoryLog`` holds a contiguous run of ops ``base+1..op_max`` (``base`` is the op the
+   journal restarted after, at a checkpoint); ops up to ``synced_op`` survive a power loss.
+2. ``LedgerStateMachine`` is a pure function of the prepares applied to it, in order: its
+   replies and snapshots are identical bytes on every replica.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from consensus.messages import Prepare, checksum
+
+_APPLIED: Final = struct.Struct("<Q16sQQ16s")  # op, client_id, session, request, body checksum
+_LEDGER_HEADER: Final = struct.Struct("<4sI16s")  # magic, count, state digest
+
+
+@dataclass(slots=True)
+class MemoryLog:
+    """A journal in memory: appends, truncation, sync, and crashes that lose unsynced ops."""
+
+    base: int = 0
+    prepares: list[Prepare] = field(default_factory=list)
+    synced_op: int = 0
+    faulty: list[int] = field(default_factory=list)
+
+    # Log protocol --------------------------------------------------------------------------
+
+    def read(self, op: int) -> Prepare | None:
+        if op <= self.base or op > self.op_max() or op in self.faulty:
+            return None
+        prepare = self.prepares[op - self.base - 1]
+        assert prepare.op == op
+        return prepare
+
+    def op_max(self) -> int:
+        return self.base + len(self.prepares)
+
+    def faulty_ops(self) -> Sequence[int]:
+        return sorted(op for op in self.faulty if self.base < op <= self.op_max())
+
+    # Host side -----------------------------------------------------------------------------
+
+    def append(self, prepare: Prepare) -> None:
+        assert prepare.op == self.op_max() + 1, (prepare.op, self.op_max())
+        self.prepares.append(prepare)
+
+    def truncate(self, after_op: int) -> None:
+        assert after_op >= self.base
+        del self.prepares[after_op - self.base :]
+        self.synced_op = min(self.synced_op, after_op)
+        self.faulty = [op for op in self.faulty if op <= after_op]
+
+    def sync(self) -> None:
+        self.synced_op = self.op_max()
+
+    def checkpoint(self, op: int) -> None:
+        """Ops up to ``op`` are in a snapshot; restart the journal after it if it is behind."""
+        if self.op_max() < op:
+            self.base = op
+            self.prepares = []
+            self.synced_op = op
+            self.faulty = []
+
+    def lose_unsynced(self) -> None:
+        """A power loss: every op above ``synced_op`` is gone."""
+        self.truncate(max(self.synced_op, self.base))
+
+    def corrupt(self, op: int) -> None:
+        """Make the record at ``op`` unreadable, as a failed checksum would."""
+        assert self.base < op <= self.op_max()
+        self.faulty.append(op)
+
+
+@dataclass(slots=True)
+class Applied:
+    op: int
+    client_id: int
+    session: int
+    request: int
+    body_checksum: bytes
+
+
+class LedgerStateMachine:
+    """Records every applied op and chains a digest over them.
+
+    The reply to op n is the digest after applying it, so two replicas that applied
+    different histories give different replies. ``applied`` lets tests check that a client
+    request was applied exactly once and that replicas agree on every committed op.
+    """
+
+    def __init__(self) -> None:
+        self.applied: list[Applied] = []
+        self.digest = bytes(16)
+
+    def apply(self, prepare: Prepare) -> bytes:
+        header = prepare.header
+        if self.applied:
+            assert header.op == self.applied[-1].op + 1, "ops are applied in order, once"
+        entry = Applied(
+            header.op, header.client_id, header.session, header.request, header.body_checksum
+        )
+        self.applied.append(entry)
+        self.digest = checksum(self.digest + _pack(entry))
+        return b"reply:" + self.digest
+
+    def snapshot(self) -> bytes:
+        return _LEDGER_HEADER.pack(b"LSM1", len(self.applied), self.digest) + b"".join(
+            _pack(entry) for entry in self.applied
+        )
+
+    def restore(self, snapshot: bytes) -> None:
+        magic, count, digest = _LEDGER_HEADER.unpack_from(snapshot, 0)
+        assert magic == b"LSM1"
+        applied = []
+        offset = _LEDGER_HEADER.size
+        for _ in range(count):
+            op, client, session, request, body = _APPLIED.unpack_from(snapshot, offset)
+            offset += _APPLIED.size
+            applied.append(Applied(op, int.from_bytes(client, "little"), session, request, body))
+        assert offset == len(snapshot)
+        self.applied = applied
+        self.digest = digest
+
+
+def _pack(entry: Applied) -> bytes:
+    return _APPLIED.pack(
+        entry.op,
+        entry.client_id.to_bytes(16, "little"),
+        entry.session,
+        entry.request,
+        entry.body_checksum,
+    )

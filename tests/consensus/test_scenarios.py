@@ -1,0 +1,297 @@
+"""Named cluster scenarios, each run for 1, 3 and 5 replicas where it means something."""
+
+from __future__ import annotations
+
+import pytest
+
+from consensus.messages import Prepare, PrepareOk, RequestPrepares
+from consensus.replica import Status
+from tests.consensus.harness import REGISTER, Cluster
+
+ALL_SIZES = [1, 3, 5]
+MULTI = [3, 5]
+
+
+def _commit_requests(cluster: Cluster, client_id: int, requests: range) -> None:
+    for request in requests:
+        cluster.request(client_id, request)
+
+        def committed(r: int = request) -> bool:
+            return cluster.committed(client_id, r)
+
+        cluster.run_until(committed)
+
+
+def _retry_until_committed(cluster: Cluster, client_id: int, request: int) -> None:
+    for _ in range(60):
+        if cluster.committed(client_id, request):
+            return
+        cluster.request(client_id, request)
+        cluster.tick(20)
+    assert cluster.committed(client_id, request)
+
+
+@pytest.mark.parametrize("replica_count", ALL_SIZES)
+def test_normal_case_commits_in_order_on_every_replica(replica_count: int) -> None:
+    cluster = Cluster(replica_count)
+    _commit_requests(cluster, 7, range(1, 11))
+    cluster.run_until(cluster.converged)
+    for node in cluster.nodes:
+        assert node.replica.commit_min == 10
+        assert [e.request for e in node.state_machine.applied] == list(range(1, 11))
+    cluster.check_safety()
+
+
+@pytest.mark.parametrize("replica_count", MULTI)
+def test_view_change_primary_crashes_with_3_prepares_in_flight(replica_count: int) -> None:
+    """view change: primary crashes with 3 prepares in flight."""
+    cluster = Cluster(replica_count, seed=1)
+    _commit_requests(cluster, 1, range(1, 4))
+    primary = cluster.primary()
+    assert primary is not None
+    # The backups get the prepares but the primary never hears their acks.
+    cluster.message_filter = lambda _s, _t, m: not isinstance(m, PrepareOk)
+    for client_id in (11, 12, 13):
+        cluster.request(client_id, 1, to=primary.index)
+    cluster.settle()
+    assert primary.replica.op == primary.replica.commit_max + 3
+    cluster.crash(primary.index)
+    cluster.message_filter = None
+    cluster.run_until(cluster.converged)
+    for client_id in (11, 12, 13):
+        _retry_until_committed(cluster, client_id, 1)
+    cluster.run_until(cluster.converged)
+    new_primary = cluster.primary()
+    assert new_primary is not None and new_primary.index != primary.index
+    # The three in-flight ops survived the view change (the backups held them).
+    assert new_primary.replica.commit_min == 6
+    cluster.check_safety()
+
+
+@pytest.mark.parametrize("replica_count", MULTI)
+def test_backup_misses_a_prepare_and_repairs_it(replica_count: int) -> None:
+    """normal case: backup misses a prepare and repairs it."""
+    cluster = Cluster(replica_count, seed=2)
+    _commit_requests(cluster, 1, range(1, 3))
+    primary = cluster.primary()
+    assert primary is not None
+    victim = (primary.index + 1) % replica_count
+    dropped: list[int] = []
+
+    def drop_op_3_once(source: int, target: int, message: object) -> bool:
+        if target == victim and isinstance(message, Prepare) and message.op == 3 and not dropped:
+            dropped.append(3)
+            return False
+        return True
+
+    cluster.message_filter = drop_op_3_once
+    _commit_requests(cluster, 1, range(3, 6))
+    cluster.run_until(lambda: cluster.nodes[victim].replica.commit_min == 5)
+    assert dropped == [3]
+    assert cluster.nodes[victim].log.read(3) is not None
+    cluster.check_safety()
+
+
+@pytest.mark.parametrize("replica_count", MULTI)
+def test_partitioned_primary_is_replaced_and_rejoins_as_backup(replica_count: int) -> None:
+    """view change: partitioned primary is replaced and rejoins as backup."""
+    cluster = Cluster(replica_count, seed=3)
+    _commit_requests(cluster, 1, range(1, 4))
+    old = cluster.primary()
+    assert old is not None
+    cluster.isolate(old.index)
+    # The stale primary still prepares a request nobody will ever acknowledge.
+    cluster.request(2, 1, to=old.index)
+    others = [n for n in cluster.nodes if n.index != old.index]
+    cluster.run_until(
+        lambda: any(n.replica.is_primary and n.replica.status is Status.NORMAL for n in others)
+    )
+    new = next(n for n in others if n.replica.is_primary)
+    cluster.request(3, 1, to=new.index)
+    cluster.run_until(lambda: cluster.committed(3, 1))
+    cluster.heal()
+    cluster.run_until(cluster.converged)
+    assert old.replica.status is Status.NORMAL and not old.replica.is_primary
+    assert old.replica.view == new.replica.view
+    _retry_until_committed(cluster, 2, 1)
+    cluster.run_until(cluster.converged)
+    cluster.check_safety()
+
+
+@pytest.mark.parametrize("replica_count", ALL_SIZES)
+def test_retried_request_after_a_view_change_is_applied_once(replica_count: int) -> None:
+    """client table: retried request after a view change is applied once."""
+    cluster = Cluster(replica_count, seed=4)
+    _commit_requests(cluster, 5, range(1, 3))
+    primary = cluster.primary()
+    assert primary is not None
+    cluster.request(5, 3, to=primary.index)
+    cluster.settle()
+    assert cluster.committed(5, 3)
+    first = cluster.replies_for(5, 3)[0]
+    if replica_count > 1:
+        cluster.crash(primary.index)
+    else:
+        cluster.crash(primary.index)
+        cluster.restart(primary.index)
+    cluster.run_until(cluster.converged)
+    cluster.replies.clear()
+    _retry_until_committed(cluster, 5, 3)
+    again = cluster.replies_for(5, 3)[0]
+    assert again.op == first.op and again.reply == first.reply
+    for node in cluster.live():
+        applied = [e for e in node.state_machine.applied if e.client_id == 5]
+        assert [e.request for e in applied] == [1, 2, 3]
+    cluster.check_safety()
+
+
+@pytest.mark.parametrize("replica_count", MULTI)
+def test_uncommitted_suffix_truncated_after_a_view_change(replica_count: int) -> None:
+    """view change: uncommitted suffix truncated after a view change."""
+    cluster = Cluster(replica_count, seed=5)
+    _commit_requests(cluster, 1, range(1, 3))
+    old = cluster.primary()
+    assert old is not None
+    # The primary prepares two ops that no backup ever receives.
+    cluster.isolate(old.index)
+    cluster.request(20, 1, to=old.index)
+    cluster.request(21, 1, to=old.index)
+    assert old.replica.op == 4 and old.log.op_max() == 4
+    others = [n for n in cluster.nodes if n.index != old.index]
+    cluster.run_until(
+        lambda: any(n.replica.is_primary and n.replica.status is Status.NORMAL for n in others)
+    )
+    new = next(n for n in others if n.replica.is_primary)
+    cluster.request(30, 1, to=new.index)
+    cluster.run_until(lambda: cluster.committed(30, 1))
+    cluster.heal()
+    cluster.run_until(cluster.converged)
+    # The old primary's ops 3 and 4 were replaced by the new view's op 3.
+    op3 = old.log.read(3)
+    assert op3 is not None and op3.header.client_id == 30
+    assert old.replica.op == 3 and old.log.op_max() == 3
+    assert not cluster.committed(20, 1) and not cluster.committed(21, 1)
+    cluster.check_safety()
+
+
+@pytest.mark.parametrize("replica_count", MULTI)
+@pytest.mark.parametrize("persisted", [False, True])
+def test_restarted_backup_rejoins_before_it_acks(replica_count: int, persisted: bool) -> None:
+    """recovery: a restarted backup asks for the view and acks only after rejoining."""
+    cluster = Cluster(replica_count, seed=6, persisted=persisted)
+    _commit_requests(cluster, 1, range(1, 4))
+    primary = cluster.primary()
+    assert primary is not None
+    backup = (primary.index + 1) % replica_count
+    cluster.crash(backup, lose_unsynced=persisted)
+    _commit_requests(cluster, 1, range(4, 7))
+    cluster.restart(backup)
+    restarted = cluster.nodes[backup].replica
+    assert restarted.status is Status.RECOVERING
+    assert restarted.nonce != 0
+    cluster.run_until(cluster.converged)
+    _commit_requests(cluster, 1, range(7, 9))
+    cluster.run_until(cluster.converged)
+    assert cluster.nodes[backup].replica.commit_min == 8
+    cluster.check_safety()
+
+
+@pytest.mark.parametrize("replica_count", ALL_SIZES)
+def test_whole_cluster_restart_resumes_from_the_durable_logs(replica_count: int) -> None:
+    """recovery: every replica restarts at once and the group carries on."""
+    cluster = Cluster(replica_count, seed=7, persisted=True)
+    _commit_requests(cluster, 1, range(1, 5))
+    for node in cluster.nodes:
+        cluster.crash(node.index, lose_unsynced=True)
+    for node in cluster.nodes:
+        cluster.restart(node.index)
+    cluster.run_until(cluster.converged)
+    _commit_requests(cluster, 1, range(5, 7))
+    cluster.run_until(cluster.converged)
+    for node in cluster.nodes:
+        assert [e.request for e in node.state_machine.applied] == list(range(1, 7))
+    cluster.check_safety()
+
+
+@pytest.mark.parametrize("replica_count", MULTI)
+def test_far_behind_backup_catches_up_by_state_transfer(replica_count: int) -> None:
+    """state transfer: a backup that missed more than the repair window installs a snapshot."""
+    from dataclasses import replace
+
+    from tests.consensus.harness import TEST_CONFIG
+
+    config = replace(TEST_CONFIG, repair_ops_max=12, repair_chunk_max=4, checkpoint_interval_ops=10)
+    cluster = Cluster(replica_count, seed=8, config=config)
+    _commit_requests(cluster, 1, range(1, 3))
+    primary = cluster.primary()
+    assert primary is not None
+    lagging = (primary.index + 1) % replica_count
+    cluster.isolate(lagging)
+    _commit_requests(cluster, 1, range(3, 40))
+    cluster.heal()
+    cluster.run_until(cluster.converged)
+    node = cluster.nodes[lagging]
+    assert node.replica.commit_min == 39
+    assert node.checkpoint is not None  # the snapshot was installed, not the log replayed
+    assert node.log.read(5) is None
+    assert len(node.state_machine.applied) == 39
+    _commit_requests(cluster, 1, range(40, 42))
+    cluster.check_safety()
+
+
+@pytest.mark.parametrize("replica_count", MULTI)
+def test_corrupt_record_found_at_restart_is_repaired_from_a_peer(replica_count: int) -> None:
+    """recovery: a corrupt journal record is re-fetched from a peer, never dropped."""
+    cluster = Cluster(replica_count, seed=9, persisted=True)
+    _commit_requests(cluster, 1, range(1, 7))
+    primary = cluster.primary()
+    assert primary is not None
+    backup = (primary.index + 1) % replica_count
+    cluster.crash(backup)
+    cluster.nodes[backup].log.corrupt(3)
+    cluster.restart(backup)
+    assert not cluster.nodes[backup].replica.trusted
+    cluster.run_until(cluster.converged)
+    repaired = cluster.nodes[backup].log.read(3)
+    assert repaired is not None and repaired.header.request == 3
+    cluster.check_safety()
+
+
+@pytest.mark.parametrize("replica_count", ALL_SIZES)
+def test_sessions_come_from_committed_registers(replica_count: int) -> None:
+    """client table: the metadata group's register creates a session (its commit op)."""
+    cluster = Cluster(replica_count, seed=10, register_operation=REGISTER)
+    cluster.request(9, 0, session=0, operation=REGISTER)
+    cluster.run_until(lambda: cluster.committed(9, 0))
+    session = cluster.replies_for(9, 0)[0].op
+    cluster.request(9, 1, session=session)
+    cluster.run_until(lambda: cluster.committed(9, 1))
+    # A request with no registered session is refused with a typed error.
+    cluster.request(10, 1, session=session)
+    cluster.settle()
+    errors = [r.error for r in cluster.replies_for(10, 1)]
+    assert errors and all(e is not None and e.value == "no_session" for e in errors)
+    cluster.check_safety()
+
+
+def test_repair_requests_are_bounded_chunks() -> None:
+    cluster = Cluster(3, seed=11)
+    _commit_requests(cluster, 1, range(1, 2))
+    primary = cluster.primary()
+    assert primary is not None
+    lagging = (primary.index + 1) % 3
+    cluster.isolate(lagging)
+    _commit_requests(cluster, 1, range(2, 60))
+    seen: list[RequestPrepares] = []
+
+    def record(_s: int, _t: int, message: object) -> bool:
+        if isinstance(message, RequestPrepares):
+            seen.append(message)
+        return True
+
+    cluster.heal()
+    cluster.message_filter = record
+    cluster.run_until(lambda: cluster.nodes[lagging].replica.commit_min == 59)
+    assert seen
+    assert all(m.op_max - m.op_min + 1 <= cluster.config.repair_chunk_max for m in seen)
+    cluster.check_safety()
