@@ -87,7 +87,11 @@ class SendToReplica:
 
 @dataclass(frozen=True, slots=True)
 class ReplyToClient:
-    """Answer a client request: the committed reply of op ``op``, or ``error``."""
+    """Answer a client request: the committed reply of op ``op``, or ``error``.
+
+    ``status`` is non-zero when the state machine rejected the request before it entered
+    the log (``RequestRejected``); then ``op`` is 0 and ``reply`` empty.
+    """
 
     client_id: int
     session: int
@@ -95,6 +99,7 @@ class ReplyToClient:
     op: int
     reply: bytes
     error: ClientError | None = None
+    status: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,7 +82,7 @@ FRAME_HEADER: Final = struct.Struct(
 )
 assert FRAME_HEADER.size == 40
 
-# Prepare header, little-endian, 128 bytes.
+# Prepare header, little-endian, 136 bytes.
 PREPARE_HEADER: Final = struct.Struct(
     "<"
     "16s"  # checksum: BLAKE2b-128 of the packed header after this field
@@ -96,10 +96,11 @@ PREPARE_HEADER: Final = struct.Struct(
     "Q"  # request: the client's request number
     "I"  # operation: state-machine operation code
     "Q"  # timestamp_us: wall-clock microseconds stamped by the primary
+    "Q"  # frontier: the state machine's frontier after this op (opaque to consensus)
     "16s"  # body_checksum: BLAKE2b-128 of the body
     "I"  # body_size: body length in bytes
 )
-assert PREPARE_HEADER.size == 128
+assert PREPARE_HEADER.size == 136
 
 _PREPARE_OK: Final = struct.Struct("<Q16s")  # op, checksum of the prepare at op
 _COMMIT: Final = struct.Struct("<Q")  # commit
@@ -126,6 +127,10 @@ class PrepareHeader:
     request: int
     operation: int
     timestamp_us: int
+    #: What the state machine's primary-side ``prepare`` derived for this op and needs to
+    #: continue from at the next one (a partition: the next message offset). Consensus
+    #: only carries it along the hash chain.
+    frontier: int
     body_checksum: bytes
     body_size: int
 
@@ -142,6 +147,7 @@ class PrepareHeader:
             self.request,
             self.operation,
             self.timestamp_us,
+            self.frontier,
             self.body_checksum,
             self.body_size,
         )
@@ -160,6 +166,7 @@ def make_prepare_header(
     operation: int,
     timestamp_us: int,
     body: bytes,
+    frontier: int = 0,
 ) -> PrepareHeader:
     """Build a header with both checksums computed."""
     assert 0 <= client_id <= _U128_MAX
@@ -177,6 +184,7 @@ def make_prepare_header(
         request=request,
         operation=operation,
         timestamp_us=timestamp_us,
+        frontier=frontier,
         body_checksum=checksum(body),
         body_size=len(body),
     )
@@ -220,8 +228,9 @@ def unpack_prepare_header(data: bytes | memoryview, offset: int = 0) -> PrepareH
         request=fields[8],
         operation=fields[9],
         timestamp_us=fields[10],
-        body_checksum=fields[11],
-        body_size=fields[12],
+        frontier=fields[11],
+        body_checksum=fields[12],
+        body_size=fields[13],
     )
     if header.body_size > PREPARE_BODY_SIZE_MAX:
         raise MessageError("prepare body too large")

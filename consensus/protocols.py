@@ -71,8 +71,45 @@ class Log(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What the primary-side ``StateMachine.prepare`` made of a request."""
+
+    #: The body the prepare carries (and the journal stores), e.g. a stamped batch.
+    body: bytes
+    #: The state machine's frontier after this op, carried in the prepare header.
+    frontier: int
+
+
+class RequestRejected(Exception):
+    """``StateMachine.prepare`` refused a request before it entered the log.
+
+    The replica answers the client with ``status`` (an application error code) and
+    creates no prepare; nothing enters the client table, so a retry is judged afresh.
+    """
+
+    def __init__(self, status: int, reason: str = "") -> None:
+        assert status != 0
+        super().__init__(f"request rejected with status {status}: {reason}")
+        self.status = status
+        self.reason = reason
+
+
 class StateMachine(Protocol):
     """The replicated application: deterministic, fed committed prepares in op order."""
+
+    def prepare(
+        self, op: int, operation: int, body: bytes, timestamp_us: int, frontier: int
+    ) -> Prepared:
+        """Turn a client request into the body of prepare ``op``; called on the primary only.
+
+        ``frontier`` is the frontier of op ``op - 1`` in the log (0 before the first),
+        which may be uncommitted: this is how a partition stamps dense message offsets onto
+        a batch while earlier batches are still in the pipeline. The result must depend
+        only on the arguments. Raise :class:`RequestRejected` for a request that must not
+        enter the log (a malformed batch, say).
+        """
+        ...
 
     def apply(self, prepare: Prepare) -> bytes:
         """Execute one committed op and return the reply body.

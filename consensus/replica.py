@@ -123,7 +123,7 @@ from consensus.messages import (
     root_header,
     unpack_prepare_header,
 )
-from consensus.protocols import DurableState, Log, StateMachine
+from consensus.protocols import DurableState, Log, RequestRejected, StateMachine
 
 _SNAPSHOT_HEADER: Final = struct.Struct("<4sQIQ")  # magic, op, client table size, sm size
 _SNAPSHOT_MAGIC: Final = b"VSS1"
@@ -576,6 +576,24 @@ class Replica:
         if event.client_id == 0:
             return  # client id 0 is reserved
         parent = self._headers[self.op]
+        # Monotonic, so the state machine sees time move forward across primaries.
+        timestamp_us = max(event.timestamp_us, parent.timestamp_us + 1)
+        try:
+            prepared = self._state_machine.prepare(
+                self.op + 1, event.operation, event.body, timestamp_us, parent.frontier
+            )
+        except RequestRejected as rejection:
+            self._actions.append(
+                ReplyToClient(
+                    event.client_id,
+                    event.session,
+                    event.request,
+                    0,
+                    b"",
+                    status=rejection.status,
+                )
+            )
+            return
         header = make_prepare_header(
             group=self.group,
             view=self.view,
@@ -586,11 +604,11 @@ class Replica:
             session=0 if register else event.session,
             request=event.request,
             operation=event.operation,
-            # Monotonic, so the state machine sees time move forward across primaries.
-            timestamp_us=max(event.timestamp_us, parent.timestamp_us + 1),
-            body=event.body,
+            timestamp_us=timestamp_us,
+            body=prepared.body,
+            frontier=prepared.frontier,
         )
-        prepare = Prepare(header=header, body=event.body)
+        prepare = Prepare(header=header, body=prepared.body)
         self.op = header.op
         self._headers[header.op] = header
         self._prepares[header.op] = prepare

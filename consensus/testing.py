@@ -20,6 +20,12 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from consensus.messages import Prepare, checksum
+from consensus.protocols import Prepared, RequestRejected
+
+#: A request body the ledger refuses at prepare time, to exercise rejections.
+REJECTED_BODY: Final = b"reject me"
+#: The status a rejected request is answered with.
+REJECTED_STATUS: Final = 4022
 
 _APPLIED: Final = struct.Struct("<Q16sQQ16s")  # op, client_id, session, request, body checksum
 _LEDGER_HEADER: Final = struct.Struct("<4sI16s")  # magic, count, state digest
@@ -102,6 +108,16 @@ class LedgerStateMachine:
     def __init__(self) -> None:
         self.applied: list[Applied] = []
         self.digest = bytes(16)
+
+    def prepare(
+        self, op: int, operation: int, body: bytes, timestamp_us: int, frontier: int
+    ) -> Prepared:
+        """Counts ops in the frontier, so tests can check it follows the log."""
+        del operation, timestamp_us
+        assert frontier == op - 1, "the frontier follows the log"
+        if body == REJECTED_BODY:
+            raise RequestRejected(REJECTED_STATUS, "the test asked for a rejection")
+        return Prepared(body=body, frontier=frontier + 1)
 
     def apply(self, prepare: Prepare) -> bytes:
         header = prepare.header

@@ -34,7 +34,7 @@ from consensus.messages import (
 )
 from consensus.protocols import DurableState
 from consensus.replica import Replica, Status
-from consensus.testing import LedgerStateMachine, MemoryLog
+from consensus.testing import REJECTED_BODY, REJECTED_STATUS, LedgerStateMachine, MemoryLog
 from tests.consensus.harness import TEST_CONFIG
 
 
@@ -92,6 +92,18 @@ def test_on_client_requested_primary_appends_and_sends_to_every_backup() -> None
     assert len(appends) == 1 and appends[0].prepare.op == 1
     assert sorted(r for r, _ in _sent(actions, Prepare)) == [1, 2]
     assert primary.op == 1 and primary.commit_max == 0
+
+
+def test_on_client_requested_rejected_by_state_machine_answers_status_and_logs_nothing() -> None:
+    primary = _replica(0)
+    actions = primary.step(ClientRequested(5, 1, 1, 7, REJECTED_BODY, 42))
+    assert actions == [ReplyToClient(5, 1, 1, 0, b"", status=REJECTED_STATUS)]
+    assert primary.op == 0
+    # Nothing entered the client table: the next request is judged afresh and prepared.
+    actions = primary.step(ClientRequested(5, 1, 2, 7, b"fine", 43))
+    appends = [a for a in actions if isinstance(a, AppendToJournal)]
+    assert [a.prepare.op for a in appends] == [1]
+    assert appends[0].prepare.header.frontier == 1
 
 
 def test_on_client_requested_backup_drops_the_request() -> None:
