@@ -1,0 +1,1590 @@
+"""The metadata state machine: streams, topics, partitions, users, sessions, consumer groups.
+
+This is the state the metadata group replicates. It is a pure domain model: typed commands
+go in through :meth:`MetadataState.apply`, typed results come out, and nothing here knows
+the Iggy wire format (``broker/state/plane.py`` translates). Every replica applies the same
+committed commands in the same order and therefore holds the same state, byte for byte in
+its snapshot.
+
+Invariants:
+
+1. Determinism: :meth:`MetadataState.apply` is a function of (state, command, context).
+   Time is ``ApplyContext.timestamp_us`` (the prepare's timestamp, chosen by the primary);
+   the session number is ``ApplyContext.op``; salts and hashes arrive inside the command.
+   Nothing iterates a set; every listing is ordered by id.
+2. Atomicity: a command either applies completely or is rejected with no effect. Handlers
+   resolve and validate everything before the first mutation.
+3. Ids are server-assigned, 0-based and never reused: streams, topics (per stream), users
+   and consumer groups (per topic) each take the next value of a counter that only grows.
+   A recreated name therefore never inherits an old id's partition logs, consumer offsets
+   or permissions. Partition ids are the exception, as in Iggy: a topic's partitions are
+   always ``0..count-1`` (create appends, delete removes the last N); ``created_op`` tells
+   a recreated partition from its predecessor.
+4. Names are unique: stream names in the server, topic names in their stream, consumer
+   group names in their topic, usernames in the server. The name indexes always agree
+   with the entities (checked by :meth:`MetadataState.check_invariants`).
+5. A session is the op number of the ``Register`` that created it. A client id holds at
+   most one session; registering again ends the previous one. Ending a session (logout,
+   re-register, user deletion, eviction) removes it from every consumer group.
+6. Consumer group assignment is derived, never stored: members in join order, partitions
+   dealt round-robin (partition ``p`` goes to member ``p mod m``). Each change to the
+   members or to the topic's partition count bumps the group's generation.
+7. Bounds: every table has a named maximum, checked before anything is added.
+
+Theory of operation: the runtime decodes a client request into a command
+(``plane.py``), the primary fills in what must be chosen once (password hashes, the root
+user), consensus commits it, and every replica calls ``apply(command, ctx)`` in op order.
+The same resolution and permission helpers back the read-side queries (``stream()``,
+``topics()``, ``consumer_group()``...) that the runtime serves from committed local state,
+and :meth:`authorize` lets the runtime refuse a request before proposing it. Apply checks
+permissions again on committed state, because permissions may change between admission
+and commit; both checks read the same committed state, so every replica agrees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
+from enum import Enum, IntEnum
+from typing import Any, TypeAlias
+
+import cbor2
+
+from broker.state.credentials import PasswordHash
+from broker.state.errors import ErrorCode, StateError
+from broker.state.permissions import (
+    Action,
+    Permissions,
+    permissions_from_plain,
+    permissions_to_plain,
+    permits,
+)
+
+Ident: TypeAlias = int | str
+"""An Iggy identifier: a numeric id or a name."""
+
+U32_MAX = (1 << 32) - 1
+U64_MAX = (1 << 64) - 1
+
+# Bounds. Streams and users are cheap; partitions are not (each is a consensus group on
+# every node), so they have both a per-topic and a server-wide limit.
+STREAMS_MAX = 65_536
+TOPICS_PER_STREAM_MAX = 4_096
+PARTITIONS_PER_REQUEST_MAX = 1_000
+PARTITIONS_PER_TOPIC_MAX = 100_000
+PARTITIONS_TOTAL_MAX = 100_000
+USERS_MAX = 10_000
+SESSIONS_MAX = 8_192
+CONSUMER_GROUPS_PER_TOPIC_MAX = 4_096
+NAME_SIZE_BYTES_MAX = 255
+USERNAME_LENGTH_MIN = 3
+USERNAME_LENGTH_MAX = 50
+
+# Topic option values and defaults (Iggy's option catalog, ``reference/iggy.md`` §3.6).
+EXPIRY_NEVER = U64_MAX
+SIZE_UNLIMITED = U64_MAX
+SEGMENT_SIZE_BYTES_MIN = 1 << 20
+SEGMENT_SIZE_BYTES_MAX = 1 << 30
+SEGMENT_SIZE_ALIGNMENT_BYTES = 512
+
+MESSAGES_REQUIRED_TO_SAVE_DEFAULT = 1024
+MESSAGES_REQUIRED_TO_SAVE_MAX = 16 * 1024 * 1024
+SIZE_REQUIRED_TO_SAVE_BYTES_DEFAULT = 1 << 20
+SIZE_REQUIRED_TO_SAVE_BYTES_MAX = 1 << 30
+
+SNAPSHOT_VERSION = 1
+
+
+class Durability(Enum):
+    """When a write is acknowledged: after a quorum holds it, or after a quorum synced it."""
+
+    REPLICATED = "replicated"
+    PERSISTED = "persisted"
+
+
+class Compression(Enum):
+    """A placeholder option, as in Iggy: recorded and reported, never applied."""
+
+    NONE = "none"
+    GZIP = "gzip"
+
+
+class UserStatus(IntEnum):
+    """Iggy's user status codes."""
+
+    ACTIVE = 1
+    INACTIVE = 2
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOptions:
+    """A topic's resolved options (Iggy's topic option catalog).
+
+    ``EXPIRY_NEVER`` and ``SIZE_UNLIMITED`` mean "none". The flush thresholds and
+    ``preallocate_segments`` are recorded and reported for compatibility; this broker's
+    journal syncs by durability level and group commit instead.
+    """
+
+    message_expiry_us: int = EXPIRY_NEVER
+    max_topic_size_bytes: int = SIZE_UNLIMITED
+    compression: Compression = Compression.NONE
+    segment_size_bytes: int = SEGMENT_SIZE_BYTES_MAX
+    durability: Durability = Durability.REPLICATED
+    consumer_offset_durability: Durability = Durability.REPLICATED
+    messages_required_to_save: int = MESSAGES_REQUIRED_TO_SAVE_DEFAULT
+    size_of_messages_required_to_save_bytes: int = SIZE_REQUIRED_TO_SAVE_BYTES_DEFAULT
+    preallocate_segments: bool = False
+
+
+TOPIC_OPTION_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(TopicOptions))
+"""Option field names in a fixed order (snapshots and explicit-key lists use it)."""
+UPDATABLE_TOPIC_OPTIONS = ("message_expiry_us", "max_topic_size_bytes", "compression")
+"""The options an update may change; the others are fixed at creation."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOptionsPatch:
+    """Options given in a request; ``None`` means "not given" (a default on create, or
+    unchanged on update)."""
+
+    message_expiry_us: int | None = None
+    max_topic_size_bytes: int | None = None
+    compression: Compression | None = None
+    segment_size_bytes: int | None = None
+    durability: Durability | None = None
+    consumer_offset_durability: Durability | None = None
+    messages_required_to_save: int | None = None
+    size_of_messages_required_to_save_bytes: int | None = None
+    preallocate_segments: bool | None = None
+
+    def given(self) -> tuple[str, ...]:
+        """Names of the options this patch sets, in ``TOPIC_OPTION_FIELDS`` order."""
+        return tuple(name for name in TOPIC_OPTION_FIELDS if getattr(self, name) is not None)
+
+    def apply_to(self, options: TopicOptions) -> TopicOptions:
+        """``options`` with every given field replaced."""
+        return replace(options, **{name: getattr(self, name) for name in self.given()})
+
+
+assert tuple(f.name for f in fields(TopicOptionsPatch)) == TOPIC_OPTION_FIELDS
+
+
+# ---------------------------------------------------------------------------------------
+# Commands. Client commands act as the session in ``ApplyContext``; system commands are
+# issued by the runtime itself (``ApplyContext.session is None``).
+
+
+@dataclass(frozen=True, slots=True)
+class CreateStream:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateStream:
+    stream: Ident
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteStream:
+    stream: Ident
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeStream:
+    stream: Ident
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopic:
+    stream: Ident
+    name: str
+    partitions_count: int
+    options: TopicOptionsPatch = TopicOptionsPatch()
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateTopic:
+    stream: Ident
+    topic: Ident
+    name: str
+    options: TopicOptionsPatch = TopicOptionsPatch()
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopic:
+    stream: Ident
+    topic: Ident
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeTopic:
+    stream: Ident
+    topic: Ident
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitions:
+    stream: Ident
+    topic: Ident
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeletePartitions:
+    stream: Ident
+    topic: Ident
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateUser:
+    username: str
+    password: PasswordHash
+    status: UserStatus = UserStatus.ACTIVE
+    permissions: Permissions | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateUser:
+    user: Ident
+    username: str | None = None
+    status: UserStatus | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteUser:
+    user: Ident
+
+
+@dataclass(frozen=True, slots=True)
+class UpdatePermissions:
+    user: Ident
+    permissions: Permissions | None
+
+
+@dataclass(frozen=True, slots=True)
+class ChangePassword:
+    """Replace a password hash. The runtime checks the current password before proposing."""
+
+    user: Ident
+    password: PasswordHash
+
+
+@dataclass(frozen=True, slots=True)
+class CreateConsumerGroup:
+    stream: Ident
+    topic: Ident
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteConsumerGroup:
+    stream: Ident
+    topic: Ident
+    group: Ident
+
+
+@dataclass(frozen=True, slots=True)
+class JoinConsumerGroup:
+    stream: Ident
+    topic: Ident
+    group: Ident
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveConsumerGroup:
+    stream: Ident
+    topic: Ident
+    group: Ident
+
+
+@dataclass(frozen=True, slots=True)
+class Register:
+    """Open a session for ``client_id`` as ``user_id``.
+
+    The runtime verifies the password against committed state and names the user; apply
+    re-checks that the user still exists and is active, since it may have changed since.
+    """
+
+    client_id: int
+    user_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Logout:
+    """End the acting session."""
+
+
+@dataclass(frozen=True, slots=True)
+class CreateRootUser:
+    """System: create the first user with every permission (first start only)."""
+
+    username: str
+    password: PasswordHash
+
+
+@dataclass(frozen=True, slots=True)
+class EndSession:
+    """System: end a session the runtime evicted (for example a client that went stale)."""
+
+    session: int
+
+
+MetadataCommand: TypeAlias = (
+    CreateStream
+    | UpdateStream
+    | DeleteStream
+    | PurgeStream
+    | CreateTopic
+    | UpdateTopic
+    | DeleteTopic
+    | PurgeTopic
+    | CreatePartitions
+    | DeletePartitions
+    | CreateUser
+    | UpdateUser
+    | DeleteUser
+    | UpdatePermissions
+    | ChangePassword
+    | CreateConsumerGroup
+    | DeleteConsumerGroup
+    | JoinConsumerGroup
+    | LeaveConsumerGroup
+    | Register
+    | Logout
+    | CreateRootUser
+    | EndSession
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyContext:
+    """What consensus knows about the committed op: its number, the primary's timestamp,
+    and the session of the client that sent it (``None`` for system commands)."""
+
+    op: int
+    timestamp_us: int
+    session: int | None = None
+
+
+# ---------------------------------------------------------------------------------------
+# Read views: immutable copies handed to callers, so no caller can alias internal state.
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    id: int
+    created_at_us: int
+    created_op: int
+    purge_generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    id: int
+    stream_id: int
+    name: str
+    created_at_us: int
+    options: TopicOptions
+    partitions: tuple[PartitionInfo, ...]
+    explicit_options: tuple[str, ...] = ()
+    """Option names a client set (on create or update), as opposed to defaults."""
+
+    @property
+    def partitions_count(self) -> int:
+        return len(self.partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamInfo:
+    id: int
+    name: str
+    created_at_us: int
+    topics: tuple[TopicInfo, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MemberInfo:
+    member_id: int
+    session: int
+    partitions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupInfo:
+    id: int
+    stream_id: int
+    topic_id: int
+    name: str
+    generation: int
+    partitions_count: int
+    members: tuple[MemberInfo, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class UserInfo:
+    id: int
+    username: str
+    created_at_us: int
+    status: UserStatus
+    permissions: Permissions | None
+    password: PasswordHash
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    session: int
+    client_id: int
+    user_id: int
+    number: int
+    """A small per-server number for the session, reported as the Iggy ``client_id`` u32
+    and as the consumer group member id."""
+    created_at_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRef:
+    """One partition group the runtime should host; see :meth:`MetadataState.partition_refs`."""
+
+    stream_id: int
+    topic_id: int
+    partition_id: int
+    created_op: int
+    purge_generation: int
+    durability: Durability
+    consumer_offset_durability: Durability
+
+
+# ---------------------------------------------------------------------------------------
+# Results.
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A committed business rejection; the reply carries ``code`` in its result section."""
+
+    code: ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """Success with an empty reply payload."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamCreated:
+    stream: StreamInfo
+
+
+@dataclass(frozen=True, slots=True)
+class TopicCreated:
+    topic: TopicInfo
+
+
+@dataclass(frozen=True, slots=True)
+class UserCreated:
+    user: UserInfo
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupCreated:
+    group: ConsumerGroupInfo
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    user_id: int
+    session: int
+
+
+MetadataResult: TypeAlias = (
+    Rejected | Done | StreamCreated | TopicCreated | UserCreated | ConsumerGroupCreated | Registered
+)
+
+
+# ---------------------------------------------------------------------------------------
+# Internal entities (mutable, owned only by MetadataState).
+
+
+@dataclass(slots=True)
+class _Partition:
+    id: int
+    created_at_us: int
+    created_op: int
+    purge_generation: int = 0
+
+
+@dataclass(slots=True)
+class _Member:
+    session: int
+    member_id: int
+    joined_op: int
+
+
+@dataclass(slots=True)
+class _Group:
+    id: int
+    name: str
+    generation: int = 1
+    members: list[_Member] = field(default_factory=list)  # in join order
+
+
+@dataclass(slots=True)
+class _Topic:
+    id: int
+    name: str
+    created_at_us: int
+    options: TopicOptions
+    explicit_options: tuple[str, ...] = ()
+    partitions: list[_Partition] = field(default_factory=list)
+    groups: dict[int, _Group] = field(default_factory=dict)
+    group_ids_by_name: dict[str, int] = field(default_factory=dict)
+    next_group_id: int = 0
+
+
+@dataclass(slots=True)
+class _Stream:
+    id: int
+    name: str
+    created_at_us: int
+    topics: dict[int, _Topic] = field(default_factory=dict)
+    topic_ids_by_name: dict[str, int] = field(default_factory=dict)
+    next_topic_id: int = 0
+
+
+@dataclass(slots=True)
+class _User:
+    id: int
+    username: str
+    created_at_us: int
+    status: UserStatus
+    permissions: Permissions | None
+    password: PasswordHash
+
+
+@dataclass(slots=True)
+class _Session:
+    session: int
+    client_id: int
+    user_id: int
+    number: int
+    created_at_us: int
+
+
+class MetadataState:
+    """The replicated metadata of one server cluster. See the module docstring."""
+
+    def __init__(self) -> None:
+        self._streams: dict[int, _Stream] = {}
+        self._stream_ids_by_name: dict[str, int] = {}
+        self._next_stream_id = 0
+        self._users: dict[int, _User] = {}
+        self._user_ids_by_name: dict[str, int] = {}
+        self._next_user_id = 0
+        self._root_user_id: int | None = None
+        self._sessions: dict[int, _Session] = {}
+        self._session_by_client: dict[int, int] = {}
+        self._next_session_number = 0
+        self._partitions_total = 0
+        self._handlers: dict[type, Callable[[Any, ApplyContext], MetadataResult]] = {
+            CreateStream: self._create_stream,
+            UpdateStream: self._update_stream,
+            DeleteStream: self._delete_stream,
+            PurgeStream: self._purge_stream,
+            CreateTopic: self._create_topic,
+            UpdateTopic: self._update_topic,
+            DeleteTopic: self._delete_topic,
+            PurgeTopic: self._purge_topic,
+            CreatePartitions: self._create_partitions,
+            DeletePartitions: self._delete_partitions,
+            CreateUser: self._create_user,
+            UpdateUser: self._update_user,
+            DeleteUser: self._delete_user,
+            UpdatePermissions: self._update_permissions,
+            ChangePassword: self._change_password,
+            CreateConsumerGroup: self._create_consumer_group,
+            DeleteConsumerGroup: self._delete_consumer_group,
+            JoinConsumerGroup: self._join_consumer_group,
+            LeaveConsumerGroup: self._leave_consumer_group,
+            Register: self._register,
+            Logout: self._logout,
+            CreateRootUser: self._create_root_user,
+            EndSession: self._end_session,
+        }
+
+    # -- the replicated entry point ------------------------------------------------------
+
+    def apply(self, command: MetadataCommand, ctx: ApplyContext) -> MetadataResult:
+        """Apply one committed command; the result is what the client is told.
+
+        Business rejections come back as :class:`Rejected` and leave the state unchanged.
+        """
+        assert ctx.op >= 1, "op 0 is the root of the log, never a command"
+        assert 0 <= ctx.timestamp_us <= U64_MAX
+        handler = self._handlers[type(command)]
+        try:
+            return handler(command, ctx)
+        except StateError as error:
+            return Rejected(error.code)
+
+    def authorize(self, command: MetadataCommand, session: int | None) -> ErrorCode | None:
+        """The admission check the runtime runs before proposing ``command``.
+
+        Returns the error code to answer with, or ``None`` when the acting session may try
+        the command. Business checks (names taken, ids missing) are left to apply, except
+        where a missing stream or topic makes the permission question unanswerable.
+        """
+        try:
+            self._authorize(command, session)
+        except StateError as error:
+            return error.code
+        return None
+
+    # -- read-side queries (committed local state) ---------------------------------------
+
+    def stream(self, stream: Ident) -> StreamInfo:
+        return self._stream_info(self._find_stream(stream))
+
+    def streams(self) -> tuple[StreamInfo, ...]:
+        return tuple(self._stream_info(self._streams[i]) for i in sorted(self._streams))
+
+    def topic(self, stream: Ident, topic: Ident) -> TopicInfo:
+        found = self._find_stream(stream)
+        return self._topic_info(found, self._find_topic(found, topic))
+
+    def topics(self, stream: Ident) -> tuple[TopicInfo, ...]:
+        found = self._find_stream(stream)
+        return tuple(self._topic_info(found, found.topics[i]) for i in sorted(found.topics))
+
+    def consumer_group(self, stream: Ident, topic: Ident, group: Ident) -> ConsumerGroupInfo:
+        found_stream = self._find_stream(stream)
+        found_topic = self._find_topic(found_stream, topic)
+        return self._group_info(found_stream, found_topic, self._find_group(found_topic, group))
+
+    def consumer_groups(self, stream: Ident, topic: Ident) -> tuple[ConsumerGroupInfo, ...]:
+        found_stream = self._find_stream(stream)
+        found_topic = self._find_topic(found_stream, topic)
+        return tuple(
+            self._group_info(found_stream, found_topic, found_topic.groups[i])
+            for i in sorted(found_topic.groups)
+        )
+
+    def user(self, user: Ident) -> UserInfo:
+        return self._user_info(self._find_user(user))
+
+    def users(self) -> tuple[UserInfo, ...]:
+        return tuple(self._user_info(self._users[i]) for i in sorted(self._users))
+
+    def session(self, session: int) -> SessionInfo:
+        """The live session ``session``; ``UNAUTHENTICATED`` when there is none."""
+        return self._session_info(self._find_session(session))
+
+    def session_of_client(self, client_id: int) -> SessionInfo | None:
+        session = self._session_by_client.get(client_id)
+        return None if session is None else self._session_info(self._sessions[session])
+
+    def sessions(self) -> tuple[SessionInfo, ...]:
+        return tuple(self._session_info(self._sessions[s]) for s in sorted(self._sessions))
+
+    def memberships(self, session: int) -> tuple[tuple[int, int, int], ...]:
+        """``(stream_id, topic_id, group_id)`` of every group ``session`` is a member of."""
+        found: list[tuple[int, int, int]] = []
+        for stream_id in sorted(self._streams):
+            stream = self._streams[stream_id]
+            for topic_id in sorted(stream.topics):
+                topic = stream.topics[topic_id]
+                for group_id in sorted(topic.groups):
+                    group = topic.groups[group_id]
+                    if any(m.session == session for m in group.members):
+                        found.append((stream_id, topic_id, group_id))
+        return tuple(found)
+
+    def assignment(
+        self, stream: Ident, topic: Ident, group: Ident, session: int
+    ) -> tuple[int, tuple[int, ...]]:
+        """``(generation, partition ids)`` assigned to ``session`` in the group.
+
+        Raises ``CONSUMER_GROUP_MEMBER_NOT_FOUND`` when the session is not a member.
+        """
+        info = self.consumer_group(stream, topic, group)
+        for member in info.members:
+            if member.session == session:
+                return info.generation, member.partitions
+        raise StateError(ErrorCode.CONSUMER_GROUP_MEMBER_NOT_FOUND)
+
+    def permits(
+        self,
+        session: int,
+        action: Action,
+        stream_id: int | None = None,
+        topic_id: int | None = None,
+    ) -> ErrorCode | None:
+        """Whether the session may do ``action``; ``None`` if so, else the error code."""
+        try:
+            self._require(session, action, stream_id, topic_id)
+        except StateError as error:
+            return error.code
+        return None
+
+    def partition_refs(self) -> tuple[PartitionRef, ...]:
+        """Every partition that exists, ordered by (stream, topic, partition).
+
+        The runtime reconciles its partition groups against this list after each applied
+        metadata op (and after a restore): a new ``(ids, created_op)`` means a new group, a
+        missing one a group to remove, a higher ``purge_generation`` a purge to propose.
+        """
+        refs: list[PartitionRef] = []
+        for stream_id in sorted(self._streams):
+            stream = self._streams[stream_id]
+            for topic_id in sorted(stream.topics):
+                topic = stream.topics[topic_id]
+                refs.extend(
+                    PartitionRef(
+                        stream_id,
+                        topic_id,
+                        partition.id,
+                        partition.created_op,
+                        partition.purge_generation,
+                        topic.options.durability,
+                        topic.options.consumer_offset_durability,
+                    )
+                    for partition in topic.partitions
+                )
+        return tuple(refs)
+
+    def resolve_ids(self, stream: Ident, topic: Ident | None = None) -> tuple[int, int | None]:
+        """Numeric ids for a stream (and topic) identifier."""
+        found = self._find_stream(stream)
+        if topic is None:
+            return found.id, None
+        return found.id, self._find_topic(found, topic).id
+
+    @property
+    def root_user_id(self) -> int | None:
+        return self._root_user_id
+
+    # -- streams --------------------------------------------------------------------------
+
+    def _create_stream(self, cmd: CreateStream, ctx: ApplyContext) -> MetadataResult:
+        self._require(ctx.session, Action.CREATE_STREAM)
+        _check_name(cmd.name, ErrorCode.INVALID_STREAM_NAME)
+        if cmd.name in self._stream_ids_by_name:
+            raise StateError(ErrorCode.STREAM_NAME_ALREADY_EXISTS, cmd.name)
+        if len(self._streams) >= STREAMS_MAX or self._next_stream_id > U32_MAX:
+            raise StateError(ErrorCode.TOO_MANY_STREAMS)
+        stream = _Stream(self._next_stream_id, cmd.name, ctx.timestamp_us)
+        self._next_stream_id += 1
+        self._streams[stream.id] = stream
+        self._stream_ids_by_name[stream.name] = stream.id
+        return StreamCreated(self._stream_info(stream))
+
+    def _update_stream(self, cmd: UpdateStream, ctx: ApplyContext) -> MetadataResult:
+        stream = self._find_stream(cmd.stream)
+        self._require(ctx.session, Action.MANAGE_STREAM, stream.id)
+        _check_name(cmd.name, ErrorCode.INVALID_STREAM_NAME)
+        holder = self._stream_ids_by_name.get(cmd.name)
+        if holder is not None and holder != stream.id:
+            raise StateError(ErrorCode.STREAM_NAME_ALREADY_EXISTS, cmd.name)
+        del self._stream_ids_by_name[stream.name]
+        stream.name = cmd.name
+        self._stream_ids_by_name[stream.name] = stream.id
+        return Done()
+
+    def _delete_stream(self, cmd: DeleteStream, ctx: ApplyContext) -> MetadataResult:
+        stream = self._find_stream(cmd.stream)
+        self._require(ctx.session, Action.MANAGE_STREAM, stream.id)
+        for topic_id in sorted(stream.topics):
+            self._partitions_total -= len(stream.topics[topic_id].partitions)
+        del self._streams[stream.id]
+        del self._stream_ids_by_name[stream.name]
+        return Done()
+
+    def _purge_stream(self, cmd: PurgeStream, ctx: ApplyContext) -> MetadataResult:
+        stream = self._find_stream(cmd.stream)
+        self._require(ctx.session, Action.MANAGE_STREAM, stream.id)
+        for topic_id in sorted(stream.topics):
+            _purge(stream.topics[topic_id])
+        return Done()
+
+    # -- topics ---------------------------------------------------------------------------
+
+    def _create_topic(self, cmd: CreateTopic, ctx: ApplyContext) -> MetadataResult:
+        stream = self._find_stream(cmd.stream)
+        self._require(ctx.session, Action.CREATE_TOPIC, stream.id)
+        _check_name(cmd.name, ErrorCode.INVALID_TOPIC_NAME)
+        if cmd.name in stream.topic_ids_by_name:
+            raise StateError(ErrorCode.TOPIC_NAME_ALREADY_EXISTS, cmd.name)
+        if len(stream.topics) >= TOPICS_PER_STREAM_MAX or stream.next_topic_id > U32_MAX:
+            raise StateError(ErrorCode.TOO_MANY_TOPICS)
+        self._check_partitions_to_add(0, cmd.partitions_count, allow_zero=True)
+        options = cmd.options.apply_to(TopicOptions())
+        _check_options(options)
+        topic = _Topic(
+            stream.next_topic_id, cmd.name, ctx.timestamp_us, options, cmd.options.given()
+        )
+        topic.partitions = [
+            _Partition(i, ctx.timestamp_us, ctx.op) for i in range(cmd.partitions_count)
+        ]
+        stream.next_topic_id += 1
+        stream.topics[topic.id] = topic
+        stream.topic_ids_by_name[topic.name] = topic.id
+        self._partitions_total += cmd.partitions_count
+        return TopicCreated(self._topic_info(stream, topic))
+
+    def _update_topic(self, cmd: UpdateTopic, ctx: ApplyContext) -> MetadataResult:
+        stream = self._find_stream(cmd.stream)
+        topic = self._find_topic(stream, cmd.topic)
+        self._require(ctx.session, Action.MANAGE_TOPIC, stream.id, topic.id)
+        _check_name(cmd.name, ErrorCode.INVALID_TOPIC_NAME)
+        holder = stream.topic_ids_by_name.get(cmd.name)
+        if holder is not None and holder != topic.id:
+            raise StateError(ErrorCode.TOPIC_NAME_ALREADY_EXISTS, cmd.name)
+        given = cmd.options.given()
+        if any(name not in UPDATABLE_TOPIC_OPTIONS for name in given):
+            raise StateError(ErrorCode.UNSUPPORTED_OPTION_KEY, "option is create-only")
+        options = cmd.options.apply_to(topic.options)
+        _check_options(options)
+        del stream.topic_ids_by_name[topic.name]
+        topic.name = cmd.name
+        topic.options = options
+        topic.explicit_options = tuple(
+            name for name in TOPIC_OPTION_FIELDS if name in given or name in topic.explicit_options
+        )
+        stream.topic_ids_by_name[topic.name] = topic.id
+        return Done()
+
+    def _delete_topic(self, cmd: DeleteTopic, ctx: ApplyContext) -> MetadataResult:
+        stream = self._find_stream(cmd.stream)
+        topic = self._find_topic(stream, cmd.topic)
+        self._require(ctx.session, Action.MANAGE_TOPIC, stream.id, topic.id)
+        self._partitions_total -= len(topic.partitions)
+        del stream.topics[topic.id]
+        del stream.topic_ids_by_name[topic.name]
+        return Done()
+
+    def _purge_topic(self, cmd: PurgeTopic, ctx: ApplyContext) -> MetadataResult:
+        stream = self._find_stream(cmd.stream)
+        topic = self._find_topic(stream, cmd.topic)
+        self._require(ctx.session, Action.MANAGE_TOPIC, stream.id, topic.id)
+        _purge(topic)
+        return Done()
+
+    # -- partitions -----------------------------------------------------------------------
+
+    def _create_partitions(self, cmd: CreatePartitions, ctx: ApplyContext) -> MetadataResult:
+        stream = self._find_stream(cmd.stream)
+        topic = self._find_topic(stream, cmd.topic)
+        self._require(ctx.session, Action.MANAGE_TOPIC, stream.id, topic.id)
+        self._check_partitions_to_add(len(topic.partitions), cmd.count, allow_zero=False)
+        first = len(topic.partitions)
+        topic.partitions.extend(
+            _Partition(i, ctx.timestamp_us, ctx.op) for i in range(first, first + cmd.count)
+        )
+        self._partitions_total += cmd.count
+        _bump_generations(topic)
+        return Done()
+
+    def _delete_partitions(self, cmd: DeletePartitions, ctx: ApplyContext) -> MetadataResult:
+        stream = self._find_stream(cmd.stream)
+        topic = self._find_topic(stream, cmd.topic)
+        self._require(ctx.session, Action.MANAGE_TOPIC, stream.id, topic.id)
+        if not 1 <= cmd.count <= PARTITIONS_PER_REQUEST_MAX:
+            raise StateError(ErrorCode.INVALID_PARTITIONS_COUNT)
+        if cmd.count > len(topic.partitions):
+            raise StateError(ErrorCode.INVALID_PARTITIONS_COUNT, "more than the topic has")
+        del topic.partitions[len(topic.partitions) - cmd.count :]
+        self._partitions_total -= cmd.count
+        _bump_generations(topic)
+        return Done()
+
+    def _check_partitions_to_add(self, existing: int, count: int, *, allow_zero: bool) -> None:
+        if count < 0 or (count == 0 and not allow_zero):
+            raise StateError(ErrorCode.INVALID_PARTITIONS_COUNT)
+        if count > PARTITIONS_PER_REQUEST_MAX or existing + count > PARTITIONS_PER_TOPIC_MAX:
+            raise StateError(ErrorCode.TOO_MANY_PARTITIONS)
+        if self._partitions_total + count > PARTITIONS_TOTAL_MAX:
+            raise StateError(ErrorCode.PARTITIONS_LIMIT_REACHED)
+
+    # -- users ----------------------------------------------------------------------------
+
+    def _create_user(self, cmd: CreateUser, ctx: ApplyContext) -> MetadataResult:
+        self._require(ctx.session, Action.MANAGE_USERS)
+        return UserCreated(
+            self._add_user(cmd.username, cmd.password, cmd.status, cmd.permissions, ctx)
+        )
+
+    def _create_root_user(self, cmd: CreateRootUser, ctx: ApplyContext) -> MetadataResult:
+        _require_system(ctx)
+        if self._users or self._root_user_id is not None:
+            raise StateError(ErrorCode.USER_ALREADY_EXISTS, "the root user exists")
+        info = self._add_user(
+            cmd.username, cmd.password, UserStatus.ACTIVE, Permissions.root(), ctx
+        )
+        self._root_user_id = info.id
+        return UserCreated(info)
+
+    def _add_user(
+        self,
+        username: str,
+        password: PasswordHash,
+        status: UserStatus,
+        permissions: Permissions | None,
+        ctx: ApplyContext,
+    ) -> UserInfo:
+        _check_username(username)
+        if not password.is_well_formed():
+            raise StateError(ErrorCode.INVALID_PASSWORD)
+        if username in self._user_ids_by_name:
+            raise StateError(ErrorCode.USER_ALREADY_EXISTS, username)
+        if len(self._users) >= USERS_MAX or self._next_user_id > U32_MAX:
+            raise StateError(ErrorCode.USERS_LIMIT_REACHED)
+        user = _User(self._next_user_id, username, ctx.timestamp_us, status, permissions, password)
+        self._next_user_id += 1
+        self._users[user.id] = user
+        self._user_ids_by_name[username] = user.id
+        return self._user_info(user)
+
+    def _update_user(self, cmd: UpdateUser, ctx: ApplyContext) -> MetadataResult:
+        self._require(ctx.session, Action.MANAGE_USERS)
+        user = self._find_user(cmd.user)
+        if cmd.username is not None:
+            _check_username(cmd.username)
+            holder = self._user_ids_by_name.get(cmd.username)
+            if holder is not None and holder != user.id:
+                raise StateError(ErrorCode.USER_ALREADY_EXISTS, cmd.username)
+        root = user.id == self._root_user_id
+        if root and cmd.status is not None and cmd.status != UserStatus.ACTIVE:
+            raise StateError(ErrorCode.INVALID_USER_STATUS, "the root user stays active")
+        if cmd.username is not None:
+            del self._user_ids_by_name[user.username]
+            user.username = cmd.username
+            self._user_ids_by_name[user.username] = user.id
+        if cmd.status is not None:
+            user.status = cmd.status
+        return Done()
+
+    def _delete_user(self, cmd: DeleteUser, ctx: ApplyContext) -> MetadataResult:
+        self._require(ctx.session, Action.MANAGE_USERS)
+        user = self._find_user(cmd.user)
+        if user.id == self._root_user_id:
+            raise StateError(ErrorCode.CANNOT_DELETE_USER)
+        for session in sorted(self._sessions):
+            if self._sessions[session].user_id == user.id:
+                self._drop_session(session)
+        del self._users[user.id]
+        del self._user_ids_by_name[user.username]
+        return Done()
+
+    def _update_permissions(self, cmd: UpdatePermissions, ctx: ApplyContext) -> MetadataResult:
+        self._require(ctx.session, Action.MANAGE_USERS)
+        user = self._find_user(cmd.user)
+        if user.id == self._root_user_id:
+            raise StateError(ErrorCode.CANNOT_CHANGE_PERMISSIONS)
+        user.permissions = cmd.permissions
+        return Done()
+
+    def _change_password(self, cmd: ChangePassword, ctx: ApplyContext) -> MetadataResult:
+        actor = self._find_session(ctx.session)
+        if self._users[actor.user_id].status != UserStatus.ACTIVE:
+            raise StateError(ErrorCode.USER_INACTIVE)
+        user = self._find_user(cmd.user)
+        # Users may change their own password; anyone else's needs manage_users.
+        if user.id != actor.user_id:
+            self._require(ctx.session, Action.MANAGE_USERS)
+        if not cmd.password.is_well_formed():
+            raise StateError(ErrorCode.INVALID_PASSWORD)
+        user.password = cmd.password
+        return Done()
+
+    # -- sessions -------------------------------------------------------------------------
+
+    def _register(self, cmd: Register, ctx: ApplyContext) -> MetadataResult:
+        if not 1 <= cmd.client_id < (1 << 128):
+            raise StateError(ErrorCode.INVALID_COMMAND, "client id 0 is reserved")
+        user = self._users.get(cmd.user_id)
+        if user is None:
+            raise StateError(ErrorCode.INVALID_CREDENTIALS)
+        if user.status != UserStatus.ACTIVE:
+            raise StateError(ErrorCode.USER_INACTIVE)
+        assert ctx.op not in self._sessions, "an op opens at most one session"
+        previous = self._session_by_client.get(cmd.client_id)
+        if previous is not None:
+            self._drop_session(previous)
+        if len(self._sessions) >= SESSIONS_MAX:
+            # Evict the oldest session, the same deterministic choice on every replica.
+            self._drop_session(min(self._sessions))
+        session = _Session(
+            ctx.op, cmd.client_id, user.id, self._next_session_number, ctx.timestamp_us
+        )
+        self._next_session_number = (self._next_session_number + 1) & U32_MAX
+        self._sessions[session.session] = session
+        self._session_by_client[session.client_id] = session.session
+        return Registered(user_id=user.id, session=session.session)
+
+    def _logout(self, cmd: Logout, ctx: ApplyContext) -> MetadataResult:
+        del cmd
+        session = self._find_session(ctx.session)
+        self._drop_session(session.session)
+        return Done()
+
+    def _end_session(self, cmd: EndSession, ctx: ApplyContext) -> MetadataResult:
+        _require_system(ctx)
+        if cmd.session not in self._sessions:
+            raise StateError(ErrorCode.CLIENT_NOT_FOUND)
+        self._drop_session(cmd.session)
+        return Done()
+
+    def _drop_session(self, session: int) -> None:
+        """End ``session``: forget it and remove it from every consumer group."""
+        found = self._sessions.pop(session)
+        del self._session_by_client[found.client_id]
+        for stream_id in sorted(self._streams):
+            stream = self._streams[stream_id]
+            for topic_id in sorted(stream.topics):
+                topic = stream.topics[topic_id]
+                for group_id in sorted(topic.groups):
+                    group = topic.groups[group_id]
+                    kept = [m for m in group.members if m.session != session]
+                    if len(kept) != len(group.members):
+                        group.members = kept
+                        group.generation += 1
+
+    # -- consumer groups ------------------------------------------------------------------
+
+    def _create_consumer_group(self, cmd: CreateConsumerGroup, ctx: ApplyContext) -> MetadataResult:
+        stream = self._find_stream(cmd.stream)
+        topic = self._find_topic(stream, cmd.topic)
+        self._require(ctx.session, Action.READ_TOPIC, stream.id, topic.id)
+        _check_name(cmd.name, ErrorCode.INVALID_CONSUMER_GROUP_NAME)
+        if cmd.name in topic.group_ids_by_name:
+            raise StateError(ErrorCode.CONSUMER_GROUP_NAME_ALREADY_EXISTS, cmd.name)
+        if len(topic.groups) >= CONSUMER_GROUPS_PER_TOPIC_MAX or topic.next_group_id > U32_MAX:
+            raise StateError(ErrorCode.INVALID_CONSUMER_GROUP_NAME, "too many groups")
+        group = _Group(topic.next_group_id, cmd.name)
+        topic.next_group_id += 1
+        topic.groups[group.id] = group
+        topic.group_ids_by_name[group.name] = group.id
+        return ConsumerGroupCreated(self._group_info(stream, topic, group))
+
+    def _delete_consumer_group(self, cmd: DeleteConsumerGroup, ctx: ApplyContext) -> MetadataResult:
+        stream = self._find_stream(cmd.stream)
+        topic = self._find_topic(stream, cmd.topic)
+        self._require(ctx.session, Action.READ_TOPIC, stream.id, topic.id)
+        group = self._find_group(topic, cmd.group)
+        del topic.groups[group.id]
+        del topic.group_ids_by_name[group.name]
+        return Done()
+
+    def _join_consumer_group(self, cmd: JoinConsumerGroup, ctx: ApplyContext) -> MetadataResult:
+        stream = self._find_stream(cmd.stream)
+        topic = self._find_topic(stream, cmd.topic)
+        self._require(ctx.session, Action.READ_TOPIC, stream.id, topic.id)
+        group = self._find_group(topic, cmd.group)
+        session = self._find_session(ctx.session)
+        if any(m.session == session.session for m in group.members):
+            return Done()  # joining twice is a no-op, as a retry after a lost reply would be
+        group.members.append(_Member(session.session, session.number, ctx.op))
+        group.generation += 1
+        return Done()
+
+    def _leave_consumer_group(self, cmd: LeaveConsumerGroup, ctx: ApplyContext) -> MetadataResult:
+        stream = self._find_stream(cmd.stream)
+        topic = self._find_topic(stream, cmd.topic)
+        self._require(ctx.session, Action.READ_TOPIC, stream.id, topic.id)
+        group = self._find_group(topic, cmd.group)
+        session = self._find_session(ctx.session)
+        kept = [m for m in group.members if m.session != session.session]
+        if len(kept) == len(group.members):
+            raise StateError(ErrorCode.CONSUMER_GROUP_MEMBER_NOT_FOUND)
+        group.members = kept
+        group.generation += 1
+        return Done()
+
+    # -- authorization --------------------------------------------------------------------
+
+    def _authorize(self, command: MetadataCommand, session: int | None) -> None:
+        match command:
+            case CreateRootUser() | EndSession():
+                if session is not None:
+                    raise StateError(ErrorCode.UNAUTHORIZED, "system command")
+            case Register():
+                pass
+            case Logout():
+                self._find_session(session)
+            case CreateStream():
+                self._require(session, Action.CREATE_STREAM)
+            case UpdateStream() | DeleteStream() | PurgeStream():
+                stream_id, _ = self.resolve_ids(command.stream)
+                self._require(session, Action.MANAGE_STREAM, stream_id)
+            case CreateTopic():
+                stream_id, _ = self.resolve_ids(command.stream)
+                self._require(session, Action.CREATE_TOPIC, stream_id)
+            case (
+                UpdateTopic()
+                | DeleteTopic()
+                | PurgeTopic()
+                | CreatePartitions()
+                | DeletePartitions()
+            ):
+                stream_id, topic_id = self.resolve_ids(command.stream, command.topic)
+                self._require(session, Action.MANAGE_TOPIC, stream_id, topic_id)
+            case (
+                CreateConsumerGroup()
+                | DeleteConsumerGroup()
+                | JoinConsumerGroup()
+                | LeaveConsumerGroup()
+            ):
+                stream_id, topic_id = self.resolve_ids(command.stream, command.topic)
+                self._require(session, Action.READ_TOPIC, stream_id, topic_id)
+            case CreateUser() | UpdateUser() | DeleteUser() | UpdatePermissions():
+                self._require(session, Action.MANAGE_USERS)
+            case ChangePassword():
+                actor = self._find_session(session)
+                if self._find_user(command.user).id != actor.user_id:
+                    self._require(session, Action.MANAGE_USERS)
+
+    def _require(
+        self,
+        session: int | None,
+        action: Action,
+        stream_id: int | None = None,
+        topic_id: int | None = None,
+    ) -> None:
+        actor = self._find_session(session)
+        user = self._users.get(actor.user_id)
+        assert user is not None, "a session outlives its user"
+        if user.status != UserStatus.ACTIVE:
+            raise StateError(ErrorCode.USER_INACTIVE)
+        if not permits(user.permissions, action, stream_id, topic_id):
+            raise StateError(ErrorCode.UNAUTHORIZED, action.value)
+
+    # -- lookups --------------------------------------------------------------------------
+
+    def _find_stream(self, stream: Ident) -> _Stream:
+        stream_id = self._stream_ids_by_name.get(stream) if isinstance(stream, str) else stream
+        found = None if stream_id is None else self._streams.get(stream_id)
+        if found is None:
+            raise StateError(ErrorCode.STREAM_ID_NOT_FOUND, repr(stream))
+        return found
+
+    def _find_topic(self, stream: _Stream, topic: Ident) -> _Topic:
+        topic_id = stream.topic_ids_by_name.get(topic) if isinstance(topic, str) else topic
+        found = None if topic_id is None else stream.topics.get(topic_id)
+        if found is None:
+            raise StateError(ErrorCode.TOPIC_ID_NOT_FOUND, repr(topic))
+        return found
+
+    def _find_group(self, topic: _Topic, group: Ident) -> _Group:
+        group_id = topic.group_ids_by_name.get(group) if isinstance(group, str) else group
+        found = None if group_id is None else topic.groups.get(group_id)
+        if found is None:
+            raise StateError(ErrorCode.CONSUMER_GROUP_ID_NOT_FOUND, repr(group))
+        return found
+
+    def _find_user(self, user: Ident) -> _User:
+        user_id = self._user_ids_by_name.get(user) if isinstance(user, str) else user
+        found = None if user_id is None else self._users.get(user_id)
+        if found is None:
+            raise StateError(ErrorCode.RESOURCE_NOT_FOUND, f"user {user!r}")
+        return found
+
+    def _find_session(self, session: int | None) -> _Session:
+        found = None if session is None else self._sessions.get(session)
+        if found is None:
+            raise StateError(ErrorCode.UNAUTHENTICATED)
+        return found
+
+    # -- views ----------------------------------------------------------------------------
+
+    def _stream_info(self, stream: _Stream) -> StreamInfo:
+        return StreamInfo(
+            stream.id,
+            stream.name,
+            stream.created_at_us,
+            tuple(self._topic_info(stream, stream.topics[i]) for i in sorted(stream.topics)),
+        )
+
+    @staticmethod
+    def _topic_info(stream: _Stream, topic: _Topic) -> TopicInfo:
+        return TopicInfo(
+            topic.id,
+            stream.id,
+            topic.name,
+            topic.created_at_us,
+            topic.options,
+            tuple(
+                PartitionInfo(p.id, p.created_at_us, p.created_op, p.purge_generation)
+                for p in topic.partitions
+            ),
+            topic.explicit_options,
+        )
+
+    @staticmethod
+    def _group_info(stream: _Stream, topic: _Topic, group: _Group) -> ConsumerGroupInfo:
+        dealt: list[list[int]] = [[] for _ in group.members]
+        if group.members:
+            for partition in topic.partitions:
+                dealt[partition.id % len(group.members)].append(partition.id)
+        return ConsumerGroupInfo(
+            group.id,
+            stream.id,
+            topic.id,
+            group.name,
+            group.generation,
+            len(topic.partitions),
+            tuple(
+                MemberInfo(member.member_id, member.session, tuple(dealt[i]))
+                for i, member in enumerate(group.members)
+            ),
+        )
+
+    @staticmethod
+    def _user_info(user: _User) -> UserInfo:
+        return UserInfo(
+            user.id,
+            user.username,
+            user.created_at_us,
+            user.status,
+            user.permissions,
+            user.password,
+        )
+
+    @staticmethod
+    def _session_info(session: _Session) -> SessionInfo:
+        return SessionInfo(
+            session.session,
+            session.client_id,
+            session.user_id,
+            session.number,
+            session.created_at_us,
+        )
+
+    # -- snapshot -------------------------------------------------------------------------
+
+    def snapshot(self) -> bytes:
+        """The whole state as canonical CBOR: equal states give equal bytes."""
+        return cbor2.dumps(self._to_plain(), canonical=True)
+
+    @classmethod
+    def restore(cls, data: bytes) -> MetadataState:
+        """Rebuild a state from :meth:`snapshot` bytes.
+
+        Raises:
+            SnapshotError: the bytes are not a snapshot this version can read.
+        """
+        try:
+            plain = cbor2.loads(data)
+            state = cls._from_plain(plain)
+        except (cbor2.CBORDecodeError, KeyError, TypeError, ValueError, IndexError) as error:
+            raise SnapshotError(f"unreadable metadata snapshot: {error}") from error
+        problems = state.check_invariants()
+        if problems:
+            raise SnapshotError("inconsistent metadata snapshot: " + "; ".join(problems))
+        return state
+
+    def _to_plain(self) -> dict[str, Any]:
+        return {
+            "version": SNAPSHOT_VERSION,
+            "next_stream_id": self._next_stream_id,
+            "next_user_id": self._next_user_id,
+            "next_session_number": self._next_session_number,
+            "root_user_id": self._root_user_id,
+            "streams": [_stream_to_plain(self._streams[i]) for i in sorted(self._streams)],
+            "users": [_user_to_plain(self._users[i]) for i in sorted(self._users)],
+            "sessions": [
+                [s.session, s.client_id, s.user_id, s.number, s.created_at_us]
+                for s in (self._sessions[i] for i in sorted(self._sessions))
+            ],
+        }
+
+    @classmethod
+    def _from_plain(cls, plain: dict[str, Any]) -> MetadataState:
+        if plain["version"] != SNAPSHOT_VERSION:
+            raise ValueError(f"snapshot version {plain['version']}")
+        state = cls()
+        state._next_stream_id = _int(plain["next_stream_id"])
+        state._next_user_id = _int(plain["next_user_id"])
+        state._next_session_number = _int(plain["next_session_number"])
+        root = plain["root_user_id"]
+        state._root_user_id = None if root is None else _int(root)
+        for item in plain["streams"]:
+            stream = _stream_from_plain(item)
+            _require_new(stream.id, state._streams, stream.name, state._stream_ids_by_name)
+            state._streams[stream.id] = stream
+            state._stream_ids_by_name[stream.name] = stream.id
+            for topic_id in sorted(stream.topics):
+                state._partitions_total += len(stream.topics[topic_id].partitions)
+        for item in plain["users"]:
+            user = _user_from_plain(item)
+            _require_new(user.id, state._users, user.username, state._user_ids_by_name)
+            state._users[user.id] = user
+            state._user_ids_by_name[user.username] = user.id
+        for session_no, client_id, user_id, number, created_at_us in plain["sessions"]:
+            session = _Session(
+                _int(session_no), _int(client_id), _int(user_id), _int(number), _int(created_at_us)
+            )
+            _require_new(
+                session.session, state._sessions, session.client_id, state._session_by_client
+            )
+            state._sessions[session.session] = session
+            state._session_by_client[session.client_id] = session.session
+        return state
+
+    # -- invariants -----------------------------------------------------------------------
+
+    def check_invariants(self) -> list[str]:
+        """Every broken invariant, described; an empty list means the state is sound."""
+        problems: list[str] = []
+        if sorted(self._stream_ids_by_name.values()) != sorted(self._streams):
+            problems.append("stream name index disagrees with streams")
+        partitions_total = 0
+        for stream_id in sorted(self._streams):
+            stream = self._streams[stream_id]
+            if stream_id != stream.id or stream.id >= self._next_stream_id:
+                problems.append(f"stream {stream_id} id out of order")
+            if self._stream_ids_by_name.get(stream.name) != stream.id:
+                problems.append(f"stream {stream_id} missing from the name index")
+            if sorted(stream.topic_ids_by_name.values()) != sorted(stream.topics):
+                problems.append(f"stream {stream_id} topic name index disagrees")
+            for topic_id in sorted(stream.topics):
+                topic = stream.topics[topic_id]
+                partitions_total += len(topic.partitions)
+                problems.extend(_topic_problems(stream, topic, self._sessions))
+        if partitions_total != self._partitions_total:
+            problems.append("partition total disagrees with the topics")
+        if sorted(self._user_ids_by_name.values()) != sorted(self._users):
+            problems.append("username index disagrees with users")
+        for user_id in sorted(self._users):
+            user = self._users[user_id]
+            if user.id != user_id or user.id >= self._next_user_id:
+                problems.append(f"user {user_id} id out of order")
+        if self._root_user_id is not None and self._root_user_id not in self._users:
+            problems.append("the root user is missing")
+        if len(self._sessions) > SESSIONS_MAX:
+            problems.append("too many sessions")
+        if sorted(self._session_by_client.values()) != sorted(self._sessions):
+            problems.append("client index disagrees with sessions")
+        for session_no in sorted(self._sessions):
+            session = self._sessions[session_no]
+            if self._session_by_client.get(session.client_id) != session_no:
+                problems.append(f"session {session_no} missing from the client index")
+            if session.user_id not in self._users:
+                problems.append(f"session {session_no} outlived its user")
+        return problems
+
+
+class SnapshotError(Exception):
+    """A snapshot could not be read: corrupt bytes or an unknown format version."""
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers.
+
+
+def _require_system(ctx: ApplyContext) -> None:
+    if ctx.session is not None:
+        raise StateError(ErrorCode.UNAUTHORIZED, "system command")
+
+
+def _check_name(name: str, code: ErrorCode) -> None:
+    if not 1 <= len(name.encode("utf-8")) <= NAME_SIZE_BYTES_MAX:
+        raise StateError(code, "names are 1..255 bytes of UTF-8")
+
+
+def _check_username(username: str) -> None:
+    if not USERNAME_LENGTH_MIN <= len(username) <= USERNAME_LENGTH_MAX:
+        raise StateError(ErrorCode.INVALID_USERNAME)
+    _check_name(username, ErrorCode.INVALID_USERNAME)
+
+
+def _check_options(options: TopicOptions) -> None:
+    if not 1 <= options.message_expiry_us <= U64_MAX:
+        raise StateError(ErrorCode.INVALID_OPTION_VALUE, "message_expiry")
+    segment = options.segment_size_bytes
+    if (
+        not SEGMENT_SIZE_BYTES_MIN <= segment <= SEGMENT_SIZE_BYTES_MAX
+        or segment % SEGMENT_SIZE_ALIGNMENT_BYTES
+    ):
+        raise StateError(ErrorCode.INVALID_SEGMENT_SIZE)
+    size = options.max_topic_size_bytes
+    if not 1 <= size <= U64_MAX:
+        raise StateError(ErrorCode.INVALID_OPTION_VALUE, "max_topic_size")
+    if size != SIZE_UNLIMITED and size < segment:
+        raise StateError(ErrorCode.INVALID_TOPIC_SIZE)
+    if not 1 <= options.messages_required_to_save <= MESSAGES_REQUIRED_TO_SAVE_MAX:
+        raise StateError(ErrorCode.INVALID_OPTION_VALUE, "messages_required_to_save")
+    saved = options.size_of_messages_required_to_save_bytes
+    if not 1 <= saved <= SIZE_REQUIRED_TO_SAVE_BYTES_MAX:
+        raise StateError(ErrorCode.INVALID_OPTION_VALUE, "size_of_messages_required_to_save")
+
+
+def _purge(topic: _Topic) -> None:
+    for partition in topic.partitions:
+        partition.purge_generation += 1
+
+
+def _bump_generations(topic: _Topic) -> None:
+    for group_id in sorted(topic.groups):
+        topic.groups[group_id].generation += 1
+
+
+def _topic_problems(stream: _Stream, topic: _Topic, sessions: dict[int, _Session]) -> list[str]:
+    problems: list[str] = []
+    where = f"topic {stream.id}/{topic.id}"
+    if stream.topic_ids_by_name.get(topic.name) != topic.id or topic.id >= stream.next_topic_id:
+        problems.append(f"{where} name index or id out of order")
+    if [p.id for p in topic.partitions] != list(range(len(topic.partitions))):
+        problems.append(f"{where} partition ids are not 0..count-1")
+    if sorted(topic.group_ids_by_name.values()) != sorted(topic.groups):
+        problems.append(f"{where} group name index disagrees")
+    for group_id in sorted(topic.groups):
+        group = topic.groups[group_id]
+        joined = [m.joined_op for m in group.members]
+        if joined != sorted(joined) or len({m.session for m in group.members}) != len(joined):
+            problems.append(f"{where} group {group_id} members out of join order")
+        if any(m.session not in sessions for m in group.members):
+            problems.append(f"{where} group {group_id} has a member without a session")
+        if group.id >= topic.next_group_id:
+            problems.append(f"{where} group {group_id} id out of order")
+    return problems
+
+
+def _require_new(key: int, table: dict[int, Any], name: Any, index: dict[Any, int]) -> None:
+    if key in table or name in index:
+        raise ValueError(f"duplicate entry {key} / {name!r} in snapshot")
+
+
+def _int(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"expected a non-negative integer, got {value!r}")
+    return value
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r}")
+    return value
+
+
+def _options_to_plain(options: TopicOptions) -> dict[str, Any]:
+    plain: dict[str, Any] = {}
+    for name in TOPIC_OPTION_FIELDS:
+        value = getattr(options, name)
+        plain[name] = value.value if isinstance(value, Enum) else value
+    return plain
+
+
+def _options_from_plain(plain: dict[str, Any]) -> TopicOptions:
+    if sorted(plain) != sorted(TOPIC_OPTION_FIELDS):
+        raise ValueError("topic option names")
+    defaults = TopicOptions()
+    values: dict[str, Any] = {}
+    for name in TOPIC_OPTION_FIELDS:
+        default = getattr(defaults, name)
+        raw = plain[name]
+        if isinstance(default, Enum):
+            values[name] = type(default)(raw)
+        elif isinstance(default, bool):
+            if not isinstance(raw, bool):
+                raise TypeError(f"option {name}")
+            values[name] = raw
+        else:
+            values[name] = _int(raw)
+    return TopicOptions(**values)
+
+
+def _stream_to_plain(stream: _Stream) -> list[Any]:
+    return [
+        stream.id,
+        stream.name,
+        stream.created_at_us,
+        stream.next_topic_id,
+        [_topic_to_plain(stream.topics[i]) for i in sorted(stream.topics)],
+    ]
+
+
+def _stream_from_plain(item: list[Any]) -> _Stream:
+    stream_id, name, created_at_us, next_topic_id, topics = item
+    stream = _Stream(_int(stream_id), _str(name), _int(created_at_us))
+    stream.next_topic_id = _int(next_topic_id)
+    for topic_item in topics:
+        topic = _topic_from_plain(topic_item)
+        _require_new(topic.id, stream.topics, topic.name, stream.topic_ids_by_name)
+        stream.topics[topic.id] = topic
+        stream.topic_ids_by_name[topic.name] = topic.id
+    return stream
+
+
+def _topic_to_plain(topic: _Topic) -> list[Any]:
+    return [
+        topic.id,
+        topic.name,
+        topic.created_at_us,
+        _options_to_plain(topic.options),
+        list(topic.explicit_options),
+        [[p.id, p.created_at_us, p.created_op, p.purge_generation] for p in topic.partitions],
+        topic.next_group_id,
+        [
+            [
+                group.id,
+                group.name,
+                group.generation,
+                [[m.session, m.member_id, m.joined_op] for m in group.members],
+            ]
+            for group in (topic.groups[i] for i in sorted(topic.groups))
+        ],
+    ]
+
+
+def _topic_from_plain(item: list[Any]) -> _Topic:
+    topic_id, name, created_at_us, options, explicit, partitions, next_group_id, groups = item
+    if not all(key in TOPIC_OPTION_FIELDS for key in explicit) or list(explicit) != sorted(
+        explicit, key=TOPIC_OPTION_FIELDS.index
+    ):
+        raise ValueError("explicit option names")
+    topic = _Topic(
+        _int(topic_id),
+        _str(name),
+        _int(created_at_us),
+        _options_from_plain(options),
+        tuple(explicit),
+    )
+    topic.partitions = [
+        _Partition(_int(pid), _int(created), _int(created_op), _int(purge))
+        for pid, created, created_op, purge in partitions
+    ]
+    topic.next_group_id = _int(next_group_id)
+    for group_id, group_name, generation, members in groups:
+        group = _Group(_int(group_id), _str(group_name), _int(generation))
+        group.members = [
+            _Member(_int(session), _int(member_id), _int(joined_op))
+            for session, member_id, joined_op in members
+        ]
+        _require_new(group.id, topic.groups, group.name, topic.group_ids_by_name)
+        topic.groups[group.id] = group
+        topic.group_ids_by_name[group.name] = group.id
+    return topic
+
+
+def _user_to_plain(user: _User) -> list[Any]:
+    return [
+        user.id,
+        user.username,
+        user.created_at_us,
+        int(user.status),
+        None if user.permissions is None else permissions_to_plain(user.permissions),
+        user.password.to_plain(),
+    ]
+
+
+def _user_from_plain(item: list[Any]) -> _User:
+    user_id, username, created_at_us, status, permissions, password = item
+    return _User(
+        _int(user_id),
+        _str(username),
+        _int(created_at_us),
+        UserStatus(status),
+        None if permissions is None else permissions_from_plain(permissions),
+        PasswordHash.from_plain(password),
+    )

@@ -1,0 +1,662 @@
+"""The partition state machine: stamped message batches, consumer offsets, polls.
+
+One partition is one consensus group, and its log *is* the partition's message log: each
+op is one prepare, stored once by the host in the partition's journal. This module decides
+what those prepares contain and what committing them means.
+
+Ops of a partition log (``sdk.wire.codes.Operation``):
+
+- ``SEND_MESSAGES``: the body is the producer's batch, stamped by the primary with
+  ``partition_id``, ``base_offset``, ``base_timestamp`` and a recomputed batch checksum.
+- ``STORE_CONSUMER_OFFSET`` / ``DELETE_CONSUMER_OFFSET``: a small CBOR body.
+- ``TRUNCATE_PARTITION``: a purge ordered by the metadata group (CBOR body).
+
+Invariants:
+
+1. Dense offsets: the ``k``-th message ever committed to the partition has offset ``k``.
+   The stamp of op ``n`` continues from the log head after op ``n-1``, committed or not,
+   so a backup re-derives and checks it, and apply asserts it against committed state.
+2. Every body is self-describing about the log head: a stamped batch names its base offset,
+   message count and timestamp; a control body carries the head (next offset, timestamp)
+   at the point it was prepared. :func:`frontier_after` therefore needs one body, never
+   the history.
+3. Message timestamps never go backwards: ``base_timestamp`` is the prepare timestamp,
+   raised to the previous batch's when a new primary's clock is behind, so a timestamp
+   poll can binary-search.
+4. Polls read committed data only: nothing at or beyond the committed next offset is
+   returned, and nothing below the purge point.
+5. Determinism: prepare and apply are functions of their inputs and of the committed state;
+   time arrives as ``timestamp_us``. Replies are built from the prepare alone, so every
+   replica answers with the same bytes.
+
+Theory of operation:
+
+- **Primary**: ``prepare(op, request, timestamp_us)`` validates the request (a batch is
+  verified in full: frame checksums, batch checksum, layout), stamps it from the head after
+  ``op - 1`` and returns the prepare body. Consensus journals and replicates it.
+- **Every replica**: ``check_prepared(op, operation, body)`` tells a backup whether a
+  prepare continues its log (it refuses a stamp that would break dense offsets);
+  ``apply(op, operation, body)`` commits it, in op order, and returns the typed result the
+  reply is built from.
+- **The log head** after op ``n`` is the committed frontier when ``n`` is the commit point,
+  and otherwise :func:`frontier_after` of op ``n``'s body read back from the log. Nothing
+  about uncommitted ops is cached here, so a view change that truncates and replaces the
+  suffix needs no notification: the next prepare reads whatever the log now holds.
+- **Reads**: ``poll`` and ``consumer_offset`` answer from committed state; batches are read
+  back from the host's log by op (:class:`PartitionLog`). The committed batch index
+  (op, base offset, count, timestamp) is local, derived state: it is rebuilt from the log
+  after a restore and trimmed by local retention, and is not part of the snapshot.
+- **Auto-commit**: a poll never changes replicated state (that would make replicas
+  diverge); it returns the offset to store and the runtime proposes a
+  ``StoreConsumerOffset`` for it.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, Protocol, TypeAlias
+
+import cbor2
+
+from broker.state.errors import ErrorCode, StateError
+from sdk.wire.batch import (
+    BATCH_HEADER,
+    BATCH_HEADER_SIZE,
+    BatchSlice,
+    slice_batch,
+    stamp_batch,
+    verify_batch,
+)
+from sdk.wire.codes import Operation
+from sdk.wire.errors import ProtocolError
+
+Buffer: TypeAlias = bytes | bytearray | memoryview
+
+U32_MAX = (1 << 32) - 1
+U64_MAX = (1 << 64) - 1
+
+CONSUMER_OFFSETS_MAX = 65_536
+"""Stored offsets per partition (consumers plus consumer groups)."""
+POLL_MESSAGES_MAX = 1_000_000
+"""Messages one poll may ask for."""
+POLL_BYTES_MAX = 32 * 1024 * 1024
+"""A poll stops adding batches past this many bytes (it always returns at least one),
+keeping replies well under the 64 MiB frame limit."""
+
+SNAPSHOT_VERSION = 1
+
+PARTITION_OPERATIONS = (
+    Operation.SEND_MESSAGES,
+    Operation.STORE_CONSUMER_OFFSET,
+    Operation.DELETE_CONSUMER_OFFSET,
+    Operation.TRUNCATE_PARTITION,
+)
+
+
+class ConsumerKind(IntEnum):
+    """Who owns a stored offset (Iggy's consumer kinds)."""
+
+    CONSUMER = 1
+    CONSUMER_GROUP = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerKey:
+    """The owner of a stored offset. Consumer groups are always numeric (the runtime
+    resolves a group name through the metadata state); a single consumer may be named."""
+
+    kind: ConsumerKind
+    id: int | str
+
+    def sort_key(self) -> tuple[int, int, int, str]:
+        if isinstance(self.id, int):
+            return (int(self.kind), 0, self.id, "")
+        return (int(self.kind), 1, 0, self.id)
+
+
+class PollingKind(IntEnum):
+    OFFSET = 1
+    TIMESTAMP = 2
+    FIRST = 3
+    LAST = 4
+    NEXT = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Frontier:
+    """The log head: the offset the next message gets, and the last batch timestamp."""
+
+    next_offset: int
+    timestamp_us: int
+
+
+# -- requests (what the primary prepares) -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SendMessages:
+    """A producer's batch (256-byte header plus frames), not yet stamped."""
+
+    batch: Buffer
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConsumerOffset:
+    consumer: ConsumerKey
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteConsumerOffset:
+    consumer: ConsumerKey
+
+
+@dataclass(frozen=True, slots=True)
+class PurgePartition:
+    """Drop every message and stored offset; ordered by the metadata group's purge of the
+    topic or stream, identified by the partition's purge generation there."""
+
+    generation: int
+
+
+PartitionRequest: TypeAlias = (
+    SendMessages | StoreConsumerOffset | DeleteConsumerOffset | PurgePartition
+)
+
+
+# -- results ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """A batch was committed at ``base_offset``."""
+
+    base_offset: int
+    message_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """A control op took effect (or had nothing to do)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A committed business rejection."""
+
+    code: ErrorCode
+
+
+PartitionResult: TypeAlias = Appended | Applied | Refused
+
+
+@dataclass(frozen=True, slots=True)
+class PollResult:
+    """What a poll found.
+
+    Attributes:
+        current_offset: The partition's newest committed offset (0 when empty).
+        slices: Batch records to send, in offset order; payloads are views, not copies.
+        messages_count: Messages across ``slices``.
+        store_offset: With auto-commit, the offset to store for the consumer (the last
+            one returned); the runtime proposes it. ``None`` otherwise or when empty.
+    """
+
+    current_offset: int
+    slices: tuple[BatchSlice, ...]
+    messages_count: int
+    store_offset: int | None
+
+    @property
+    def first_offset(self) -> int | None:
+        return self.slices[0].first_offset if self.slices else None
+
+    @property
+    def last_offset(self) -> int | None:
+        return self.slices[-1].last_offset if self.slices else None
+
+
+class PartitionLog(Protocol):
+    """The partition's journal as this state machine reads it (the host writes it)."""
+
+    def read(self, op: int) -> tuple[int, Buffer]:
+        """``(operation, body)`` of ``op``, committed or prepared; the caller only asks for
+        ops the log holds (appended ones are readable at once, before they are written)."""
+        ...
+
+
+# -- bodies -------------------------------------------------------------------------------
+
+
+def frontier_after(operation: int, body: Buffer) -> Frontier:
+    """The log head after a prepare, from its body alone (bodies are self-describing)."""
+    if operation == Operation.SEND_MESSAGES:
+        header = _batch_header(body)
+        return Frontier(header.base_offset + header.message_count, header.base_timestamp)
+    head, _ = _decode_control(operation, body)
+    return head
+
+
+def offset_before(operation: int, body: Buffer) -> int:
+    """The next offset of the log head a prepare was stamped against."""
+    if operation == Operation.SEND_MESSAGES:
+        return _batch_header(body).base_offset
+    head, _ = _decode_control(operation, body)
+    return head.next_offset
+
+
+@dataclass(frozen=True, slots=True)
+class _BatchHeaderFields:
+    partition_id: int
+    base_offset: int
+    base_timestamp: int
+    message_count: int
+
+
+def _batch_header(body: Buffer) -> _BatchHeaderFields:
+    assert len(body) >= BATCH_HEADER_SIZE, "a stamped batch holds its header"
+    fields = BATCH_HEADER.unpack_from(body, 0)
+    return _BatchHeaderFields(fields[0], fields[1], fields[2], fields[6])
+
+
+def _encode_control(head: Frontier, request: PartitionRequest) -> bytes:
+    match request:
+        case StoreConsumerOffset(consumer, offset):
+            payload: list[Any] = [int(consumer.kind), consumer.id, offset]
+        case DeleteConsumerOffset(consumer):
+            payload = [int(consumer.kind), consumer.id]
+        case PurgePartition(generation):
+            payload = [generation]
+        case SendMessages():
+            raise AssertionError("a batch is not a control body")
+    return cbor2.dumps([head.next_offset, head.timestamp_us, *payload], canonical=True)
+
+
+def _decode_control(operation: int, body: Buffer) -> tuple[Frontier, PartitionRequest]:
+    # Control bodies come from our own primary through a checksummed journal, so a body
+    # that does not decode is a bug or corruption the journal missed: fail loudly.
+    items = cbor2.loads(bytes(body))
+    assert isinstance(items, list) and len(items) >= 2, "malformed partition control body"
+    head = Frontier(items[0], items[1])
+    rest = items[2:]
+    if operation == Operation.STORE_CONSUMER_OFFSET:
+        kind, consumer_id, offset = rest
+        return head, StoreConsumerOffset(ConsumerKey(ConsumerKind(kind), consumer_id), offset)
+    if operation == Operation.DELETE_CONSUMER_OFFSET:
+        kind, consumer_id = rest
+        return head, DeleteConsumerOffset(ConsumerKey(ConsumerKind(kind), consumer_id))
+    if operation == Operation.TRUNCATE_PARTITION:
+        (generation,) = rest
+        return head, PurgePartition(generation)
+    raise AssertionError(f"operation {operation} is not a partition operation")
+
+
+def operation_of(request: PartitionRequest) -> Operation:
+    """The log operation that carries ``request``."""
+    match request:
+        case SendMessages():
+            return Operation.SEND_MESSAGES
+        case StoreConsumerOffset():
+            return Operation.STORE_CONSUMER_OFFSET
+        case DeleteConsumerOffset():
+            return Operation.DELETE_CONSUMER_OFFSET
+        case PurgePartition():
+            return Operation.TRUNCATE_PARTITION
+
+
+# -- the state machine --------------------------------------------------------------------
+
+
+class PartitionState:
+    """One partition's replicated state plus its local committed-batch index."""
+
+    def __init__(self, stream_id: int, topic_id: int, partition_id: int, log: PartitionLog) -> None:
+        assert 0 <= stream_id <= U32_MAX and 0 <= topic_id <= U32_MAX
+        assert 0 <= partition_id <= U32_MAX
+        self.stream_id = stream_id
+        self.topic_id = topic_id
+        self.partition_id = partition_id
+        self._log = log
+        # Replicated state (in the snapshot).
+        self._commit_op = 0
+        self._frontier = Frontier(0, 0)
+        self._visible_from = 0  # first offset a poll may return (moved by purges)
+        self._purge_generation = 0
+        self._offsets: dict[ConsumerKey, int] = {}
+        # Local state: the committed batches.
+        self._index_ops = array("Q")
+        self._index_offsets = array("Q")
+        self._index_timestamps = array("Q")
+
+    # -- properties -----------------------------------------------------------------------
+
+    @property
+    def commit_op(self) -> int:
+        return self._commit_op
+
+    @property
+    def frontier(self) -> Frontier:
+        """The committed log head."""
+        return self._frontier
+
+    @property
+    def purge_generation(self) -> int:
+        return self._purge_generation
+
+    @property
+    def current_offset(self) -> int:
+        """The newest committed offset, 0 for an empty partition (as Iggy reports it)."""
+        return max(0, self._frontier.next_offset - 1)
+
+    @property
+    def first_offset(self) -> int:
+        """The oldest offset a poll can still return (after purges and local retention)."""
+        first = self._visible_from
+        if self._index_offsets:
+            first = max(first, self._index_offsets[0])
+        return min(first, self._frontier.next_offset)
+
+    def head(self, op: int) -> Frontier:
+        """The log head after ``op``: the commit point, or an uncommitted op in the log."""
+        if op == self._commit_op:
+            return self._frontier
+        assert op > self._commit_op, f"op {op} is below the commit point"
+        operation, body = self._log.read(op)
+        return frontier_after(operation, body)
+
+    # -- primary side ---------------------------------------------------------------------
+
+    def prepare(self, op: int, request: PartitionRequest, timestamp_us: int) -> bytes:
+        """Build the prepare body for ``request`` as op ``op`` (primary only).
+
+        Raises:
+            StateError: the request is invalid; nothing was recorded.
+        """
+        assert op > self._commit_op, "prepare beyond the commit point"
+        assert 0 <= timestamp_us <= U64_MAX
+        before = self.head(op - 1)
+        match request:
+            case SendMessages(batch):
+                body = self._stamp(batch, before, timestamp_us)
+            case StoreConsumerOffset(consumer, offset):
+                _check_consumer(consumer)
+                if not 0 <= offset < before.next_offset or offset < self._visible_from:
+                    raise StateError(ErrorCode.INVALID_OFFSET, f"offset {offset}")
+                body = _encode_control(before, request)
+            case DeleteConsumerOffset(consumer):
+                _check_consumer(consumer)
+                body = _encode_control(before, request)
+            case PurgePartition(generation):
+                assert generation >= 0
+                body = _encode_control(before, request)
+        return body
+
+    def _stamp(self, batch: Buffer, before: Frontier, timestamp_us: int) -> bytes:
+        try:
+            verified = verify_batch(batch)
+        except ProtocolError as error:
+            raise StateError(_error_code(int(error.code)), error.reason) from error
+        count = verified.header.message_count
+        if before.next_offset + count > U64_MAX:
+            raise StateError(ErrorCode.TOO_MANY_MESSAGES, "offsets exhausted")
+        # One copy, at the ownership boundary: the request buffer belongs to the
+        # connection, the prepare body to the log.
+        body = bytearray(batch)
+        stamp_batch(
+            body,
+            verified,
+            partition_id=self.partition_id,
+            base_offset=before.next_offset,
+            base_timestamp=max(timestamp_us, before.timestamp_us),
+        )
+        return bytes(body)
+
+    # -- every replica --------------------------------------------------------------------
+
+    def check_prepared(self, op: int, operation: int, body: Buffer) -> ErrorCode | None:
+        """Whether a prepare for op ``op`` continues this replica's log (a backup's check).
+
+        ``op - 1`` must be the commit point or in the log. Returns ``None`` when the stamp
+        continues the log, else the code to refuse it with: a backup never journals a stamp
+        that would break dense offsets. Ops at or below the commit point are not checked.
+        """
+        if op <= self._commit_op:
+            return None
+        if operation not in PARTITION_OPERATIONS:
+            return ErrorCode.INVALID_COMMAND
+        previous = self.head(op - 1)
+        if offset_before(operation, body) != previous.next_offset:
+            return ErrorCode.INVALID_OFFSET
+        if operation == Operation.SEND_MESSAGES:
+            header = _batch_header(body)
+            if header.partition_id != self.partition_id:
+                return ErrorCode.PARTITION_NOT_FOUND
+            if header.base_timestamp < previous.timestamp_us:
+                return ErrorCode.INVALID_OFFSET
+        return None
+
+    def apply(self, op: int, operation: int, body: Buffer) -> PartitionResult:
+        """Commit op ``op``; ops arrive in order, each exactly once."""
+        assert op == self._commit_op + 1, f"apply op {op} after {self._commit_op}"
+        before = self._frontier
+        if operation == Operation.SEND_MESSAGES:
+            header = _batch_header(body)
+            assert header.base_offset == before.next_offset, "stamp breaks dense offsets"
+            assert header.base_timestamp >= before.timestamp_us, "timestamps went back"
+            assert header.partition_id == self.partition_id
+            self._index_ops.append(op)
+            self._index_offsets.append(header.base_offset)
+            self._index_timestamps.append(header.base_timestamp)
+            self._frontier = Frontier(
+                header.base_offset + header.message_count, header.base_timestamp
+            )
+            self._commit_op = op
+            return Appended(header.base_offset, header.message_count)
+        head, request = _decode_control(operation, body)
+        assert head.next_offset == before.next_offset, "control body from another log"
+        self._commit_op = op
+        match request:
+            case StoreConsumerOffset(consumer, offset):
+                if not self._visible_from <= offset < before.next_offset:
+                    return Refused(ErrorCode.INVALID_OFFSET)
+                if consumer not in self._offsets and len(self._offsets) >= CONSUMER_OFFSETS_MAX:
+                    return Refused(ErrorCode.TOO_MANY_CONSUMER_OFFSETS)
+                self._offsets[consumer] = offset
+            case DeleteConsumerOffset(consumer):
+                if self._offsets.pop(consumer, None) is None:
+                    return Refused(ErrorCode.CONSUMER_OFFSET_NOT_FOUND)
+            case PurgePartition(generation):
+                if generation > self._purge_generation:
+                    self._purge_generation = generation
+                    self._visible_from = before.next_offset
+                    self._offsets.clear()
+                    self._forget_index_before(before.next_offset)
+            case SendMessages():
+                raise AssertionError("batches are handled above")
+        return Applied()
+
+    # -- reads (committed state only) -----------------------------------------------------
+
+    def consumer_offset(self, consumer: ConsumerKey) -> int | None:
+        """The stored offset of ``consumer``, or ``None`` if it has none."""
+        return self._offsets.get(consumer)
+
+    def consumer_offsets(self) -> tuple[tuple[ConsumerKey, int], ...]:
+        keys = sorted(self._offsets, key=ConsumerKey.sort_key)
+        return tuple((key, self._offsets[key]) for key in keys)
+
+    def poll(
+        self,
+        consumer: ConsumerKey,
+        kind: PollingKind,
+        value: int,
+        count: int,
+        *,
+        auto_commit: bool = False,
+    ) -> PollResult:
+        """Messages for ``consumer`` from committed data, at most ``count`` of them.
+
+        Raises:
+            StateError: ``count`` is 0 or too large, or the strategy is unknown.
+        """
+        if not 1 <= count <= POLL_MESSAGES_MAX:
+            raise StateError(ErrorCode.INVALID_MESSAGES_COUNT, f"count {count}")
+        start = self._poll_start(consumer, kind, value, count)
+        slices = self._read_from(start, count)
+        messages = sum(piece.message_count for piece in slices)
+        store = slices[-1].last_offset if auto_commit and slices else None
+        return PollResult(self.current_offset, tuple(slices), messages, store)
+
+    def _poll_start(self, consumer: ConsumerKey, kind: PollingKind, value: int, count: int) -> int:
+        first = self.first_offset
+        end = self._frontier.next_offset
+        match kind:
+            case PollingKind.OFFSET:
+                start = value
+            case PollingKind.TIMESTAMP:
+                found = bisect_left(self._index_timestamps, value)
+                start = end if found == len(self._index_offsets) else self._index_offsets[found]
+            case PollingKind.FIRST:
+                start = first
+            case PollingKind.LAST:
+                start = end - count
+            case PollingKind.NEXT:
+                stored = self._offsets.get(consumer)
+                start = first if stored is None else stored + 1
+            case _:
+                raise StateError(ErrorCode.INVALID_COMMAND, f"polling kind {kind}")
+        # Below the retained range the poll skips forward to the earliest message, as
+        # Iggy does for an offset that retention already deleted.
+        return max(start, first)
+
+    def _read_from(self, start: int, count: int) -> list[BatchSlice]:
+        end = self._frontier.next_offset
+        if start >= end or not self._index_offsets:
+            return []
+        slot = bisect_right(self._index_offsets, start) - 1
+        assert slot >= 0, "start below the index"
+        slices: list[BatchSlice] = []
+        remaining = count
+        size = 0
+        while remaining > 0 and slot < len(self._index_ops):
+            _, record = self._log.read(self._index_ops[slot])
+            piece = slice_batch(record, start, remaining)
+            slot += 1
+            if piece is None:
+                continue
+            if slices and size + piece.size > POLL_BYTES_MAX:
+                break
+            slices.append(piece)
+            size += piece.size
+            remaining -= piece.message_count
+            start = piece.last_offset + 1
+        return slices
+
+    # -- local index maintenance ----------------------------------------------------------
+
+    def index_committed(self, op: int, operation: int, body: Buffer) -> None:
+        """Re-add a committed batch to the local index (after restore, from the log)."""
+        assert op <= self._commit_op, "only committed ops are indexed"
+        if operation != Operation.SEND_MESSAGES:
+            return
+        assert not self._index_ops or op > self._index_ops[-1], "index ops ascend"
+        header = _batch_header(body)
+        if header.base_offset + header.message_count <= self._visible_from:
+            return
+        self._index_ops.append(op)
+        self._index_offsets.append(header.base_offset)
+        self._index_timestamps.append(header.base_timestamp)
+
+    def forget_before(self, op: int) -> None:
+        """Drop index entries of ops below ``op`` (local retention deleted them)."""
+        keep = bisect_left(self._index_ops, op)
+        del self._index_ops[:keep]
+        del self._index_offsets[:keep]
+        del self._index_timestamps[:keep]
+
+    def _forget_index_before(self, offset: int) -> None:
+        keep = bisect_left(self._index_offsets, offset)
+        del self._index_ops[:keep]
+        del self._index_offsets[:keep]
+        del self._index_timestamps[:keep]
+
+    # -- snapshot -------------------------------------------------------------------------
+
+    def snapshot(self) -> bytes:
+        """The replicated state as canonical CBOR (the local index is not included)."""
+        return cbor2.dumps(
+            {
+                "version": SNAPSHOT_VERSION,
+                "ids": [self.stream_id, self.topic_id, self.partition_id],
+                "commit_op": self._commit_op,
+                "next_offset": self._frontier.next_offset,
+                "timestamp_us": self._frontier.timestamp_us,
+                "visible_from": self._visible_from,
+                "purge_generation": self._purge_generation,
+                "offsets": [[int(k.kind), k.id, o] for k, o in self.consumer_offsets()],
+            },
+            canonical=True,
+        )
+
+    @classmethod
+    def restore(cls, data: bytes, log: PartitionLog) -> PartitionState:
+        """Rebuild from :meth:`snapshot`; then feed committed batches to
+        :meth:`index_committed` to serve polls of data older than the snapshot.
+
+        Raises:
+            SnapshotError: the bytes are not a partition snapshot this version reads.
+        """
+        try:
+            plain = cbor2.loads(data)
+            if plain["version"] != SNAPSHOT_VERSION:
+                raise ValueError(f"snapshot version {plain['version']}")
+            stream_id, topic_id, partition_id = (_u64(i) for i in plain["ids"])
+            state = cls(stream_id, topic_id, partition_id, log)
+            state._commit_op = _u64(plain["commit_op"])
+            state._frontier = Frontier(_u64(plain["next_offset"]), _u64(plain["timestamp_us"]))
+            state._visible_from = _u64(plain["visible_from"])
+            state._purge_generation = _u64(plain["purge_generation"])
+            for kind, consumer_id, offset in plain["offsets"]:
+                if not isinstance(consumer_id, int | str) or isinstance(consumer_id, bool):
+                    raise TypeError("consumer id")
+                key = ConsumerKey(ConsumerKind(kind), consumer_id)
+                if key in state._offsets:
+                    raise ValueError("duplicate consumer offset")
+                state._offsets[key] = _u64(offset)
+        except (cbor2.CBORDecodeError, KeyError, TypeError, ValueError) as error:
+            raise SnapshotError(f"unreadable partition snapshot: {error}") from error
+        if state._visible_from > state._frontier.next_offset or any(
+            offset >= state._frontier.next_offset for offset in state._offsets.values()
+        ):
+            raise SnapshotError("inconsistent partition snapshot")
+        return state
+
+
+class SnapshotError(Exception):
+    """A partition snapshot could not be read."""
+
+
+def _u64(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= U64_MAX:
+        raise ValueError(f"expected a u64, got {value!r}")
+    return value
+
+
+def _check_consumer(consumer: ConsumerKey) -> None:
+    if isinstance(consumer.id, int):
+        if not 0 <= consumer.id <= U32_MAX:
+            raise StateError(ErrorCode.INVALID_IDENTIFIER)
+    elif not 1 <= len(consumer.id.encode("utf-8")) <= 255:
+        raise StateError(ErrorCode.INVALID_IDENTIFIER)
+    if consumer.kind == ConsumerKind.CONSUMER_GROUP and not isinstance(consumer.id, int):
+        raise StateError(ErrorCode.INVALID_IDENTIFIER, "resolve group names first")
+
+
+def _error_code(code: int) -> ErrorCode:
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return ErrorCode.INVALID_FORMAT

@@ -1,0 +1,899 @@
+"""Glue between the pure state machines, the Iggy wire payloads and consensus.
+
+Three jobs, each a thin translation with no decisions of its own:
+
+1. **Admission** (primary, before proposing): decode an Iggy request payload into a domain
+   command (:func:`metadata_command`, :func:`authenticate`), route partition requests to
+   their partition (:func:`route_send`, :func:`route_poll`, :func:`route_offset`).
+   Failures raise :class:`StateError`; the runtime answers with its code in the reply
+   header's status, before anything is replicated.
+2. **Consensus state machines**: :class:`MetadataMachine` and :class:`PartitionMachine`
+   implement ``consensus.protocols.StateMachine`` (``apply(prepare) -> bytes``,
+   ``snapshot``, ``restore``). Their replies are Iggy reply payloads built from the
+   prepare and the committed state alone, so every replica returns identical bytes:
+   result-framed for metadata-plane ops and for store/delete consumer offset
+   (``[count u32]`` then ``{index u32, result u32}``; success is count 0 and the payload,
+   a committed rejection one entry ``{0, code}`` and no payload), plain for SendMessages
+   (confirmations) and Logout.
+3. **Reads** served from committed local state, never replicated: get stream(s), topic(s),
+   consumer group(s), sync consumer group, get me, poll, get consumer offset. They return
+   reply payload bytes (an empty body means "not found" where Iggy says so).
+
+Invariants:
+
+1. Nothing here reads a clock, draws randomness or touches IO; the balanced-partitioning
+   counter and connection facts (transport, address) are passed in.
+2. Metadata prepare bodies are :mod:`broker.state.codec` commands, never wire bodies, so
+   a clear password never enters the log.
+3. A partition prepare body is built only by :meth:`PartitionMachine.prepare`; the body a
+   client sent (its wire payload) is never journaled as is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+import cbor2
+import xxhash
+
+from broker.state.codec import SYSTEM_OPERATIONS, decode_command
+from broker.state.credentials import verify_password
+from broker.state.errors import ErrorCode, StateError
+from broker.state.metadata import (
+    ApplyContext,
+    ConsumerGroupCreated,
+    ConsumerGroupInfo,
+    CreateConsumerGroup,
+    CreatePartitions,
+    CreateStream,
+    CreateTopic,
+    DeleteConsumerGroup,
+    DeletePartitions,
+    DeleteStream,
+    DeleteTopic,
+    Done,
+    JoinConsumerGroup,
+    LeaveConsumerGroup,
+    Logout,
+    MetadataCommand,
+    MetadataResult,
+    MetadataState,
+    PurgeStream,
+    PurgeTopic,
+    Register,
+    Registered,
+    Rejected,
+    StreamCreated,
+    StreamInfo,
+    TopicCreated,
+    TopicInfo,
+    TopicOptions,
+    TopicOptionsPatch,
+    UpdateStream,
+    UpdateTopic,
+    UserCreated,
+    UserStatus,
+)
+from broker.state.metadata import Compression as DomainCompression
+from broker.state.metadata import Durability as DomainDurability
+from broker.state.partition import (
+    Appended,
+    Applied,
+    Buffer,
+    ConsumerKey,
+    ConsumerKind,
+    DeleteConsumerOffset,
+    PartitionRequest,
+    PartitionState,
+    PollingKind,
+    PurgePartition,
+    Refused,
+    SendMessages,
+    StoreConsumerOffset,
+)
+from broker.state.permissions import Action
+from consensus.messages import Prepare
+from consensus.protocols import Log, Prepared, RequestRejected
+from sdk import wire
+from sdk.wire.batch import BATCH_HEADER, BATCH_HEADER_SIZE
+from sdk.wire.codes import CommandCode, Operation
+
+_T = TypeVar("_T")
+
+SERVER_VERSION: Final = "0.9.0"
+"""The Iggy server version we answer logins with (the protocol we speak is Iggy 0.9's)."""
+
+PARTITION_SEGMENTS_AT_CREATION: Final = 1
+"""A new partition reports one (empty, active) segment, as Iggy does."""
+
+NOT_FOUND: Final = b""
+"""The reply body of a read whose object does not exist."""
+
+
+# =======================================================================================
+# Admission: wire requests to domain commands.
+
+
+def metadata_command(code: CommandCode, payload: wire.RequestPayload) -> MetadataCommand:
+    """The domain command for a metadata-plane request (everything but logins and users).
+
+    Raises:
+        StateError: the request carries an option this server does not support, or a
+            value it cannot hold; or ``code`` is not a metadata command handled here.
+    """
+    match code, payload:
+        case CommandCode.CREATE_STREAM, wire.CreateStream(name, options):
+            _no_stream_options(options)
+            return CreateStream(name)
+        case CommandCode.UPDATE_STREAM, wire.UpdateStream(stream_id, name, options):
+            _no_stream_options(options)
+            return UpdateStream(stream_id.value, name)
+        case CommandCode.DELETE_STREAM, wire.StreamRef(stream_id):
+            return DeleteStream(stream_id.value)
+        case CommandCode.PURGE_STREAM, wire.StreamRef(stream_id):
+            return PurgeStream(stream_id.value)
+        case CommandCode.CREATE_TOPIC, wire.CreateTopic(stream_id, partitions_count, name, opts):
+            return CreateTopic(stream_id.value, name, partitions_count, topic_options(opts))
+        case CommandCode.UPDATE_TOPIC, wire.UpdateTopic(stream_id, topic_id, name, options):
+            return UpdateTopic(stream_id.value, topic_id.value, name, topic_options(options))
+        case CommandCode.DELETE_TOPIC, wire.TopicRef(stream_id, topic_id):
+            return DeleteTopic(stream_id.value, topic_id.value)
+        case CommandCode.PURGE_TOPIC, wire.TopicRef(stream_id, topic_id):
+            return PurgeTopic(stream_id.value, topic_id.value)
+        case CommandCode.CREATE_PARTITIONS, wire.PartitionsChange(stream_id, topic_id, count):
+            return CreatePartitions(stream_id.value, topic_id.value, count)
+        case CommandCode.DELETE_PARTITIONS, wire.PartitionsChange(stream_id, topic_id, count):
+            return DeletePartitions(stream_id.value, topic_id.value, count)
+        case CommandCode.CREATE_CONSUMER_GROUP, wire.CreateConsumerGroup(stream_id, topic_id, n):
+            return CreateConsumerGroup(stream_id.value, topic_id.value, n)
+        case CommandCode.DELETE_CONSUMER_GROUP, wire.GroupRef(stream_id, topic_id, group_id):
+            return DeleteConsumerGroup(stream_id.value, topic_id.value, group_id.value)
+        case CommandCode.JOIN_CONSUMER_GROUP, wire.GroupRef(stream_id, topic_id, group_id):
+            return JoinConsumerGroup(stream_id.value, topic_id.value, group_id.value)
+        case CommandCode.LEAVE_CONSUMER_GROUP, wire.GroupRef(stream_id, topic_id, group_id):
+            return LeaveConsumerGroup(stream_id.value, topic_id.value, group_id.value)
+        case CommandCode.LOGOUT_USER, _:
+            return Logout()
+    raise StateError(ErrorCode.INVALID_COMMAND, f"{code!r} is not a metadata command here")
+
+
+def authenticate(state: MetadataState, client_id: int, username: str, password: str) -> Register:
+    """Check a login against committed state; the ``Register`` command to propose.
+
+    This runs on the replica the client is connected to, so credentials never cross a
+    replica link; apply re-checks that the user still exists and is active.
+
+    Raises:
+        StateError: ``INVALID_CREDENTIALS`` or ``USER_INACTIVE``.
+    """
+    try:
+        user = state.user(username)
+    except StateError:
+        raise StateError(ErrorCode.INVALID_CREDENTIALS) from None
+    if not verify_password(user.password, password):
+        raise StateError(ErrorCode.INVALID_CREDENTIALS)
+    if user.status != UserStatus.ACTIVE:
+        raise StateError(ErrorCode.USER_INACTIVE)
+    return Register(client_id, user.id)
+
+
+def _no_stream_options(options: Sequence[wire.OptionEntry]) -> None:
+    # Iggy refuses option keys it does not know, and no stream option is supported here.
+    if options:
+        raise StateError(ErrorCode.UNSUPPORTED_OPTION_KEY, options[0].key)
+
+
+# Topic option keys on the wire (captured from the official SDK) and their domain fields.
+_TOPIC_OPTION_KEYS: Final[dict[str, str]] = {
+    "message_expiry": "message_expiry_us",
+    "max_topic_size": "max_topic_size_bytes",
+    "compression_algorithm": "compression",
+    "segment_size": "segment_size_bytes",
+    "durability": "durability",
+    "consumer_offset_durability": "consumer_offset_durability",
+    "messages_required_to_save": "messages_required_to_save",
+    "size_of_messages_required_to_save": "size_of_messages_required_to_save_bytes",
+    "preallocate_segments": "preallocate_segments",
+}
+_WIRE_KEY_BY_FIELD: Final = {field: key for key, field in _TOPIC_OPTION_KEYS.items()}
+_UNSIGNED_KINDS: Final = (
+    wire.HeaderKind.UINT8,
+    wire.HeaderKind.UINT16,
+    wire.HeaderKind.UINT32,
+    wire.HeaderKind.UINT64,
+)
+
+
+def topic_options(options: Sequence[wire.OptionEntry]) -> TopicOptionsPatch:
+    """The options patch an options block asks for.
+
+    A numeric 0 means "server default", as in Iggy, and is the same as leaving the key
+    out. Unknown keys are refused, as Iggy refuses them.
+
+    Raises:
+        StateError: ``UNSUPPORTED_OPTION_KEY`` or ``INVALID_OPTION_VALUE``.
+    """
+    values: dict[str, Any] = {}
+    for option in options:
+        field = _TOPIC_OPTION_KEYS.get(option.key)
+        if field is None:
+            raise StateError(ErrorCode.UNSUPPORTED_OPTION_KEY, option.key)
+        try:
+            value = wire.decode_header_value(option.kind, option.value)
+        except wire.ProtocolError:
+            raise StateError(ErrorCode.INVALID_OPTION_VALUE, option.key) from None
+        if field in ("durability", "consumer_offset_durability"):
+            values[field] = _enum_option(DomainDurability, option, value)
+        elif field == "compression":
+            values[field] = _enum_option(DomainCompression, option, value)
+        elif field == "preallocate_segments":
+            if option.kind != wire.HeaderKind.BOOL or not isinstance(value, bool):
+                raise StateError(ErrorCode.INVALID_OPTION_VALUE, option.key)
+            values[field] = value
+        else:
+            if option.kind not in _UNSIGNED_KINDS or not isinstance(value, int):
+                raise StateError(ErrorCode.INVALID_OPTION_VALUE, option.key)
+            if value != 0:
+                values[field] = value
+    return TopicOptionsPatch(**values)
+
+
+def _enum_option(
+    kind: type[DomainDurability] | type[DomainCompression],
+    option: wire.OptionEntry,
+    value: object,
+) -> DomainDurability | DomainCompression:
+    if option.kind != wire.HeaderKind.STRING or not isinstance(value, str):
+        raise StateError(ErrorCode.INVALID_OPTION_VALUE, option.key)
+    try:
+        return kind(value.lower())
+    except ValueError:
+        raise StateError(ErrorCode.INVALID_OPTION_VALUE, option.key) from None
+
+
+def _topic_option_entries(
+    options: TopicOptions, names: Sequence[str]
+) -> tuple[wire.OptionEntry, ...]:
+    """Option entries for ``names``, in the wire's (sorted) key order, kinds as the SDK
+    sends them."""
+    entries: list[wire.OptionEntry] = []
+    for name in sorted(names, key=lambda field: _WIRE_KEY_BY_FIELD[field]):
+        key = _WIRE_KEY_BY_FIELD[name]
+        value = getattr(options, name)
+        if isinstance(value, DomainDurability | DomainCompression):
+            entries.append(wire.OptionEntry.of(key, value.value, wire.HeaderKind.STRING))
+        elif isinstance(value, bool):
+            entries.append(wire.OptionEntry.of(key, value, wire.HeaderKind.BOOL))
+        elif name == "messages_required_to_save":
+            entries.append(wire.OptionEntry.of(key, value, wire.HeaderKind.UINT32))
+        else:
+            entries.append(wire.OptionEntry.of(key, value, wire.HeaderKind.UINT64))
+    return tuple(entries)
+
+
+# =======================================================================================
+# Reply payloads for metadata records.
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStats:
+    """What the host knows about a partition's stored data (not replicated state)."""
+
+    segments_count: int = PARTITION_SEGMENTS_AT_CREATION
+    current_offset: int = 0
+    size_bytes: int = 0
+    messages_count: int = 0
+
+
+StatsSource = Callable[[int, int, int], PartitionStats]
+"""``(stream_id, topic_id, partition_id) -> PartitionStats`` supplied by the runtime."""
+
+
+def _fresh(stream_id: int, topic_id: int, partition_id: int) -> PartitionStats:
+    del stream_id, topic_id, partition_id
+    return PartitionStats()
+
+
+_COMPRESSION_CODE: Final = {DomainCompression.NONE: 1, DomainCompression.GZIP: 2}
+
+
+def _topic_details(topic: TopicInfo, stats: StatsSource) -> wire.TopicDetails:
+    partitions = tuple((p, stats(topic.stream_id, topic.id, p.id)) for p in topic.partitions)
+    derived = [name for name in _WIRE_KEY_BY_FIELD if name not in topic.explicit_options]
+    return wire.TopicDetails(
+        wire.TopicInfo(
+            id=topic.id,
+            created_at=topic.created_at_us,
+            partitions_count=topic.partitions_count,
+            message_expiry=topic.options.message_expiry_us,
+            compression_algorithm=_COMPRESSION_CODE[topic.options.compression],
+            max_topic_size=topic.options.max_topic_size_bytes,
+            size_bytes=sum(s.size_bytes for _, s in partitions),
+            messages_count=sum(s.messages_count for _, s in partitions),
+            name=topic.name,
+            options=_topic_option_entries(topic.options, topic.explicit_options),
+            derived_options=_topic_option_entries(topic.options, derived),
+        ),
+        tuple(
+            wire.PartitionInfo(
+                id=p.id,
+                created_at=p.created_at_us,
+                segments_count=s.segments_count,
+                current_offset=s.current_offset,
+                size_bytes=s.size_bytes,
+                messages_count=s.messages_count,
+            )
+            for p, s in partitions
+        ),
+    )
+
+
+def _stream_details(stream: StreamInfo, stats: StatsSource) -> wire.StreamDetails:
+    topics = tuple(_topic_details(topic, stats) for topic in stream.topics)
+    return wire.StreamDetails(
+        wire.StreamInfo(
+            id=stream.id,
+            created_at=stream.created_at_us,
+            topics_count=len(topics),
+            size_bytes=sum(t.topic.size_bytes for t in topics),
+            messages_count=sum(t.topic.messages_count for t in topics),
+            name=stream.name,
+        ),
+        tuple(t.topic for t in topics),
+    )
+
+
+def _group_details(group: ConsumerGroupInfo) -> wire.ConsumerGroupDetails:
+    return wire.ConsumerGroupDetails(
+        wire.ConsumerGroupInfo(group.id, group.partitions_count, len(group.members), group.name),
+        tuple(wire.ConsumerGroupMember(m.member_id, m.partitions) for m in group.members),
+    )
+
+
+def metadata_reply(operation: int, result: MetadataResult) -> bytes:
+    """The reply body of a committed metadata op (deterministic in its arguments)."""
+    if operation == Operation.LOGOUT:
+        return b""  # Logout replies are not result-framed and carry nothing
+    match result:
+        case Rejected(code):
+            return wire.result_rejected(int(code))
+        case Done():
+            return wire.result_ok()
+        case StreamCreated(stream):
+            return wire.result_ok(_stream_details(stream, _fresh).encode())
+        case TopicCreated(topic):
+            return wire.result_ok(_topic_details(topic, _fresh).encode())
+        case ConsumerGroupCreated(group):
+            return wire.result_ok(_group_details(group).encode())
+        case Registered(user_id, session):
+            reply = wire.LoginRegisterReply(user_id, session, wire.PROTOCOL_VERSION, SERVER_VERSION)
+            return wire.result_ok(reply.encode())
+        case UserCreated():
+            # The user-details payload is not in the wire codec yet; success carries none.
+            return wire.result_ok()
+
+
+# =======================================================================================
+# The metadata group's state machine.
+
+
+class MetadataMachine:
+    """The metadata group's ``StateMachine``: committed prepares in, reply bodies out."""
+
+    def __init__(self, state: MetadataState | None = None) -> None:
+        self.state = state if state is not None else MetadataState()
+        self.last_result: MetadataResult | None = None
+        """The typed result of the last applied op, for the runtime's bookkeeping
+        (reconciling partition groups, logging); never part of replicated state."""
+
+    def prepare(
+        self, op: int, operation: int, body: bytes, timestamp_us: int, frontier: int
+    ) -> Prepared:
+        """Metadata bodies are final when proposed: the runtime has already decoded the
+        request, checked it and drawn any salt, so the body passes through unchanged."""
+        del op, operation, timestamp_us
+        return Prepared(body=body, frontier=frontier)
+
+    def apply(self, prepare: Prepare) -> bytes:
+        header = prepare.header
+        command = decode_command(header.operation, prepare.body)
+        system = header.operation in SYSTEM_OPERATIONS or header.operation == Operation.REGISTER
+        session = None if system else header.session
+        result = self.state.apply(command, _context(header.op, header.timestamp_us, session))
+        self.last_result = result
+        return metadata_reply(header.operation, result)
+
+    def snapshot(self) -> bytes:
+        return self.state.snapshot()
+
+    def restore(self, snapshot: bytes) -> None:
+        self.state = MetadataState.restore(snapshot)
+        self.last_result = None
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def get_stream(
+        self, request: wire.StreamRef, session: int, stats: StatsSource = _fresh
+    ) -> bytes:
+        found = self._maybe(lambda: self.state.stream(request.stream_id.value))
+        if found is None:
+            return NOT_FOUND
+        self._require(session, Action.READ_STREAM, found.id)
+        return _stream_details(found, stats).encode()
+
+    def get_streams(self, session: int, stats: StatsSource = _fresh) -> bytes:
+        self._require(session, None)
+        visible = tuple(
+            _stream_details(s, stats).stream
+            for s in self.state.streams()
+            if self.state.permits(session, Action.READ_STREAM, s.id) is None
+        )
+        return wire.Streams(visible).encode()
+
+    def get_topic(self, request: wire.TopicRef, session: int, stats: StatsSource = _fresh) -> bytes:
+        found = self._maybe(
+            lambda: self.state.topic(request.stream_id.value, request.topic_id.value)
+        )
+        if found is None:
+            return NOT_FOUND
+        self._require(session, Action.READ_TOPIC, found.stream_id, found.id)
+        return _topic_details(found, stats).encode()
+
+    def get_topics(
+        self, request: wire.StreamRef, session: int, stats: StatsSource = _fresh
+    ) -> bytes:
+        found = self._maybe(lambda: self.state.topics(request.stream_id.value))
+        if found is None:
+            return NOT_FOUND
+        self._require(session, None)
+        visible = tuple(
+            _topic_details(t, stats).topic
+            for t in found
+            if self.state.permits(session, Action.READ_TOPIC, t.stream_id, t.id) is None
+        )
+        return wire.Topics(visible).encode()
+
+    def get_consumer_group(self, request: wire.GroupRef, session: int) -> bytes:
+        found = self._maybe(
+            lambda: self.state.consumer_group(
+                request.stream_id.value, request.topic_id.value, request.group_id.value
+            )
+        )
+        if found is None:
+            return NOT_FOUND
+        self._require(session, Action.READ_TOPIC, found.stream_id, found.topic_id)
+        return _group_details(found).encode()
+
+    def get_consumer_groups(self, request: wire.TopicRef, session: int) -> bytes:
+        stream_id, topic_id = self.state.resolve_ids(
+            request.stream_id.value, request.topic_id.value
+        )
+        assert topic_id is not None
+        self._require(session, Action.READ_TOPIC, stream_id, topic_id)
+        groups = self.state.consumer_groups(stream_id, topic_id)
+        return wire.ConsumerGroups(
+            tuple(
+                wire.ConsumerGroupInfo(g.id, g.partitions_count, len(g.members), g.name)
+                for g in groups
+            )
+        ).encode()
+
+    def sync_consumer_group(self, request: wire.GroupRef, session: int) -> bytes:
+        """The caller's assignment and generation; empty when it is not a member."""
+        group = self.state.consumer_group(
+            request.stream_id.value, request.topic_id.value, request.group_id.value
+        )
+        self._require(session, Action.READ_TOPIC, group.stream_id, group.topic_id)
+        for member in group.members:
+            if member.session == session:
+                return wire.ConsumerGroupAssignment(group.generation, member.partitions).encode()
+        return NOT_FOUND
+
+    def get_me(self, session: int, transport: int, address: str) -> bytes:
+        info = self.state.session(session)
+        return wire.ClientInfoDetails(
+            client_id=info.number,
+            user_id=info.user_id,
+            transport=transport,
+            address=address,
+            consumer_groups=tuple(
+                wire.ClientConsumerGroup(s, t, g) for s, t, g in self.state.memberships(session)
+            ),
+        ).encode()
+
+    def _require(
+        self,
+        session: int,
+        action: Action | None,
+        stream_id: int | None = None,
+        topic_id: int | None = None,
+    ) -> None:
+        if action is None:
+            self.state.session(session)  # any live session may list what it can see
+            return
+        code = self.state.permits(session, action, stream_id, topic_id)
+        if code is not None:
+            raise StateError(code)
+
+    @staticmethod
+    def _maybe(read: Callable[[], _T]) -> _T | None:
+        try:
+            return read()
+        except StateError as error:
+            if error.code in _NOT_FOUND_CODES:
+                return None
+            raise
+
+
+_NOT_FOUND_CODES: Final = (
+    ErrorCode.STREAM_ID_NOT_FOUND,
+    ErrorCode.TOPIC_ID_NOT_FOUND,
+    ErrorCode.CONSUMER_GROUP_ID_NOT_FOUND,
+)
+
+
+def _context(op: int, timestamp_us: int, session: int | None) -> ApplyContext:
+    return ApplyContext(op=op, timestamp_us=timestamp_us, session=session)
+
+
+# =======================================================================================
+# Routing partition requests (admission and reads, against committed metadata).
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRoute:
+    """Where a partition request goes, and whose offset it reads or writes."""
+
+    stream_id: int
+    topic_id: int
+    partition_id: int
+    consumer: ConsumerKey | None = None
+
+
+def route_send(
+    state: MetadataState, request: wire.SendMessages, session: int, balanced_counter: int
+) -> PartitionRoute:
+    """The partition a send goes to; ``balanced_counter`` is the runtime's per-topic
+    round-robin counter (local, as in Iggy), consulted only for balanced sends.
+
+    Raises:
+        StateError: unknown stream, topic or partition, no partitions, or no permission.
+    """
+    topic = state.topic(request.stream_id.value, request.topic_id.value)
+    _require(state, session, Action.SEND_MESSAGES, topic.stream_id, topic.id)
+    count = topic.partitions_count
+    if count == 0:
+        raise StateError(ErrorCode.NO_PARTITIONS)
+    match request.partitioning:
+        case wire.PartitionId(partition_id):
+            if partition_id >= count:
+                raise StateError(ErrorCode.PARTITION_NOT_FOUND, str(partition_id))
+        case wire.MessagesKey(key):
+            partition_id = xxhash.xxh32_intdigest(key, seed=0) % count
+        case wire.Balanced():
+            partition_id = balanced_counter % count
+    return PartitionRoute(topic.stream_id, topic.id, partition_id)
+
+
+def route_poll(state: MetadataState, request: wire.PollMessages, session: int) -> PartitionRoute:
+    """The partition and offset owner of a poll.
+
+    A consumer without a partition reads partition 0. A consumer group member must be a
+    member; without a partition it reads the first partition assigned to it, and with
+    one it must own that partition in the current generation.
+
+    Raises:
+        StateError: unknown objects, no permission, not a member, or a partition the
+            member does not own.
+    """
+    return _route_owned(
+        state,
+        request.consumer,
+        request.stream_id,
+        request.topic_id,
+        request.partition_id,
+        session,
+        owned_only=True,
+    )
+
+
+def route_offset(
+    state: MetadataState,
+    request: wire.GetConsumerOffset | wire.StoreConsumerOffset | wire.DeleteConsumerOffset,
+    session: int,
+) -> PartitionRoute:
+    """The partition and offset owner of a get/store/delete consumer offset request.
+
+    Unlike a poll, a group's offset of an explicit partition may be read or written by a
+    session that does not own it (an old owner committing after a rebalance, a tool);
+    without a partition, the session's first assigned partition is meant.
+    """
+    return _route_owned(
+        state,
+        request.consumer,
+        request.stream_id,
+        request.topic_id,
+        request.partition_id,
+        session,
+        owned_only=False,
+    )
+
+
+def _route_owned(
+    state: MetadataState,
+    consumer: wire.Consumer,
+    stream: wire.Identifier,
+    topic_ident: wire.Identifier,
+    partition_id: int | None,
+    session: int,
+    *,
+    owned_only: bool,
+) -> PartitionRoute:
+    topic = state.topic(stream.value, topic_ident.value)
+    _require(state, session, Action.POLL_MESSAGES, topic.stream_id, topic.id)
+    if consumer.kind == wire.ConsumerKind.CONSUMER_GROUP:
+        group = state.consumer_group(topic.stream_id, topic.id, consumer.id.value)
+        key = ConsumerKey(ConsumerKind.CONSUMER_GROUP, group.id)
+        if owned_only or partition_id is None:
+            _, owned = state.assignment(topic.stream_id, topic.id, group.id, session)
+            if partition_id is None:
+                if not owned:
+                    raise StateError(ErrorCode.CONSUMER_GROUP_PARTITION_NOT_OWNED)
+                partition_id = owned[0]
+            elif partition_id not in owned:
+                raise StateError(ErrorCode.CONSUMER_GROUP_PARTITION_NOT_OWNED, str(partition_id))
+    else:
+        key = ConsumerKey(ConsumerKind.CONSUMER, consumer.id.value)
+        partition_id = 0 if partition_id is None else partition_id
+    if partition_id >= topic.partitions_count:
+        raise StateError(ErrorCode.PARTITION_NOT_FOUND, str(partition_id))
+    return PartitionRoute(topic.stream_id, topic.id, partition_id, key)
+
+
+def _require(
+    state: MetadataState, session: int, action: Action, stream_id: int, topic_id: int
+) -> None:
+    code = state.permits(session, action, stream_id, topic_id)
+    if code is not None:
+        raise StateError(code)
+
+
+# =======================================================================================
+# A partition group's state machine.
+
+
+class _LogView:
+    """Adapts the consensus log (prepares) to :class:`broker.state.partition.PartitionLog`."""
+
+    def __init__(self, log: Log) -> None:
+        self._log = log
+
+    def read(self, op: int) -> tuple[int, Buffer]:
+        prepare = self._log.read(op)
+        assert prepare is not None, f"op {op} is not in the log"
+        return prepare.header.operation, prepare.body
+
+
+class PartitionMachine:
+    """One partition group's ``StateMachine``, plus the primary-side ``prepare`` hook.
+
+    Client request bodies (what ``prepare`` receives) are Iggy wire payloads of
+    SEND_MESSAGES, STORE_CONSUMER_OFFSET and DELETE_CONSUMER_OFFSET, routed here by the
+    runtime; consumer groups in them must already name the group by numeric id (see
+    :func:`resolved_offset_request`). ``TRUNCATE_PARTITION`` carries :func:`purge_body`.
+    """
+
+    def __init__(self, stream_id: int, topic_id: int, partition_id: int, log: Log) -> None:
+        self._log = _LogView(log)
+        self._consensus_log = log
+        self.state = PartitionState(stream_id, topic_id, partition_id, self._log)
+
+    # -- primary ---------------------------------------------------------------------------
+
+    def prepare(
+        self, op: int, operation: int, body: bytes, timestamp_us: int, frontier: int
+    ) -> Prepared:
+        """The prepare body for a client request that will be op ``op``.
+
+        Raises:
+            RequestRejected: the request is invalid (its code goes in the reply status).
+        """
+        try:
+            prepared = self.state.prepare(op, partition_request(operation, body), timestamp_us)
+        except StateError as error:
+            raise RequestRejected(int(error.code), str(error)) from error
+        return Prepared(body=prepared, frontier=frontier)
+
+    # -- every replica ---------------------------------------------------------------------
+
+    def check_prepared(self, prepare: Prepare) -> ErrorCode | None:
+        """A backup's check that a prepare continues its log (None when it does)."""
+        header = prepare.header
+        return self.state.check_prepared(header.op, header.operation, prepare.body)
+
+    def apply(self, prepare: Prepare) -> bytes:
+        header = prepare.header
+        result = self.state.apply(header.op, header.operation, prepare.body)
+        match result:
+            case Appended(base_offset, _):
+                confirmation = wire.SendConfirmation(
+                    self.state.stream_id, self.state.topic_id, self.state.partition_id, base_offset
+                )
+                return wire.SendMessagesReply((confirmation,)).encode()
+            case Refused(code):
+                return wire.result_rejected(int(code))
+            case Applied():
+                if header.operation == Operation.TRUNCATE_PARTITION:
+                    return b""
+                return wire.result_ok()
+
+    def snapshot(self) -> bytes:
+        return self.state.snapshot()
+
+    def restore(self, snapshot: bytes) -> None:
+        state = PartitionState.restore(snapshot, self._log)
+        assert (state.stream_id, state.topic_id, state.partition_id) == (
+            self.state.stream_id,
+            self.state.topic_id,
+            self.state.partition_id,
+        ), "a snapshot of another partition"
+        self.state = state
+        self.rebuild_index()
+
+    def rebuild_index(self) -> None:
+        """Index the committed batches the log still holds (after a restore)."""
+        ops: list[int] = []
+        op = self.state.commit_op
+        while op >= 1 and self._consensus_log.read(op) is not None:
+            ops.append(op)
+            op -= 1
+        for op in reversed(ops):
+            operation, body = self._log.read(op)
+            self.state.index_committed(op, operation, body)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def poll(
+        self, request: wire.PollMessages, consumer: ConsumerKey
+    ) -> tuple[list[Buffer], int | None]:
+        """The reply body (as parts to send in order) and, with auto-commit, the offset
+        the runtime should store for ``consumer`` with a ``StoreConsumerOffset``.
+
+        Raises:
+            StateError: an invalid count or strategy.
+        """
+        result = self.state.poll(
+            consumer,
+            PollingKind(int(request.strategy.kind)),
+            request.strategy.value,
+            request.count,
+            auto_commit=request.auto_commit,
+        )
+        parts = wire.poll_reply_parts(self.state.partition_id, result.current_offset, result.slices)
+        return parts, result.store_offset
+
+    def get_consumer_offset(self, consumer: ConsumerKey) -> bytes:
+        """GET_CONSUMER_OFFSET reply; empty when the consumer has stored no offset."""
+        stored = self.state.consumer_offset(consumer)
+        if stored is None:
+            return NOT_FOUND
+        return wire.ConsumerOffsetInfo(
+            self.state.partition_id, self.state.current_offset, stored
+        ).encode()
+
+
+def partition_request(operation: int, body: bytes) -> PartitionRequest:
+    """The domain request a partition-plane client body carries.
+
+    Raises:
+        StateError: a malformed body, or an operation the partition plane does not take.
+    """
+    try:
+        if operation == Operation.SEND_MESSAGES:
+            send = wire.SendMessages.decode(body)
+            if send.messages_count != _message_count(send.batch):
+                raise StateError(ErrorCode.INVALID_MESSAGES_COUNT)
+            return SendMessages(send.batch)
+        if operation == Operation.STORE_CONSUMER_OFFSET:
+            store = wire.StoreConsumerOffset.decode(body)
+            return StoreConsumerOffset(_consumer_key(store.consumer), store.offset)
+        if operation == Operation.DELETE_CONSUMER_OFFSET:
+            delete = wire.DeleteConsumerOffset.decode(body)
+            return DeleteConsumerOffset(_consumer_key(delete.consumer))
+        if operation == Operation.TRUNCATE_PARTITION:
+            generation = cbor2.loads(body)
+            assert isinstance(generation, int) and generation >= 0, "purge body is ours"
+            return PurgePartition(generation)
+    except wire.ProtocolError as error:
+        raise StateError(_code(int(error.code)), error.reason) from error
+    raise StateError(ErrorCode.INVALID_COMMAND, f"operation {operation} is not a partition op")
+
+
+def purge_body(generation: int) -> bytes:
+    """The body of a ``TRUNCATE_PARTITION`` request ordering a purge of ``generation``."""
+    return cbor2.dumps(generation)
+
+
+def resolved_offset_request(
+    request: wire.StoreConsumerOffset | wire.DeleteConsumerOffset, route: PartitionRoute
+) -> bytes:
+    """The request body with its consumer group named by numeric id and its partition
+    explicit, as :class:`PartitionMachine` takes it."""
+    assert route.consumer is not None
+    consumer = wire.Consumer(
+        wire.ConsumerKind(int(route.consumer.kind)), wire.Identifier(route.consumer.id)
+    )
+    if isinstance(request, wire.StoreConsumerOffset):
+        return wire.StoreConsumerOffset(
+            consumer,
+            wire.Identifier(route.stream_id),
+            wire.Identifier(route.topic_id),
+            route.partition_id,
+            request.offset,
+            request.ack,
+        ).encode()
+    return wire.DeleteConsumerOffset(
+        consumer,
+        wire.Identifier(route.stream_id),
+        wire.Identifier(route.topic_id),
+        route.partition_id,
+        request.ack,
+    ).encode()
+
+
+def store_offset_body(route: PartitionRoute, offset: int) -> bytes:
+    """A STORE_CONSUMER_OFFSET body for a poll's auto-commit."""
+    assert route.consumer is not None
+    consumer = wire.Consumer(
+        wire.ConsumerKind(int(route.consumer.kind)), wire.Identifier(route.consumer.id)
+    )
+    return wire.StoreConsumerOffset(
+        consumer,
+        wire.Identifier(route.stream_id),
+        wire.Identifier(route.topic_id),
+        route.partition_id,
+        offset,
+        wire.AckLevel.NO_ACK,
+    ).encode()
+
+
+def _consumer_key(consumer: wire.Consumer) -> ConsumerKey:
+    return ConsumerKey(ConsumerKind(int(consumer.kind)), consumer.id.value)
+
+
+def _message_count(batch: Buffer) -> int:
+    if len(batch) < BATCH_HEADER_SIZE:
+        return -1
+    count: int = BATCH_HEADER.unpack_from(batch, 0)[6]
+    return count
+
+
+def _code(code: int) -> ErrorCode:
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return ErrorCode.INVALID_FORMAT
+
+
+__all__ = [
+    "NOT_FOUND",
+    "SERVER_VERSION",
+    "MetadataMachine",
+    "PartitionMachine",
+    "PartitionRoute",
+    "PartitionStats",
+    "StatsSource",
+    "authenticate",
+    "metadata_command",
+    "metadata_reply",
+    "partition_request",
+    "purge_body",
+    "resolved_offset_request",
+    "route_offset",
+    "route_poll",
+    "route_send",
+    "store_offset_body",
+    "topic_options",
+]
