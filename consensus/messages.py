@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from typing import Final
 
 CHECKSUM_SIZE: Final = 16
-#: A prepare body (a metadata command or a stamped message batch) is at most this large.
-PREPARE_BODY_SIZE_MAX: Final = 8 * 1024 * 1024
+#: A prepare body (a metadata command or a stamped message batch) is at most this large:
+#: the largest client frame the Iggy protocol allows (64 MiB), so any admitted request fits.
+PREPARE_BODY_SIZE_MAX: Final = 64 * 1024 * 1024
 #: A snapshot chunk of state transfer carries at most this many bytes.
 SNAPSHOT_CHUNK_SIZE_MAX: Final = 1024 * 1024
 #: DoViewChange and StartView carry at most this many prepare headers.
