@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import cbor2
-import xxhash
 
 from broker.state.codec import SYSTEM_OPERATIONS, decode_command
 from broker.state.credentials import verify_password
@@ -570,8 +569,8 @@ def route_send(
         case wire.PartitionId(partition_id):
             if partition_id >= count:
                 raise StateError(ErrorCode.PARTITION_NOT_FOUND, str(partition_id))
-        case wire.MessagesKey(key):
-            partition_id = xxhash.xxh32_intdigest(key, seed=0) % count
+        case wire.MessagesKey() as by_key:
+            partition_id = by_key.partition(count)
         case wire.Balanced():
             partition_id = balanced_counter % count
     return PartitionRoute(topic.stream_id, topic.id, partition_id)

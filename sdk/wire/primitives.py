@@ -38,6 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
+import xxhash
+
 from sdk.wire._buffer import Buffer, Reader, Writer
 from sdk.wire.codes import IggyErrorCode
 from sdk.wire.errors import ProtocolError
@@ -275,6 +277,14 @@ class MessagesKey:
     """Send to the partition ``xxh32(key) % partitions_count``."""
 
     key: bytes
+
+    def partition(self, partitions_count: int) -> int:
+        """The partition this key maps to: XxHash32 (seed 0) of the key, modulo the count.
+
+        Client and server must agree on it, so both call this one function.
+        """
+        assert partitions_count > 0
+        return xxhash.xxh32_intdigest(self.key, seed=0) % partitions_count
 
 
 Partitioning: TypeAlias = Balanced | PartitionId | MessagesKey

@@ -246,3 +246,12 @@ def test_encoders_refuse_unrepresentable_values() -> None:
     with pytest.raises(ValueError):
         _encode(encode_partitioning, MessagesKey(b""))
     assert PollingStrategy.first().kind is PollingKind.FIRST
+
+
+def test_messages_key_partition_is_xxh32_of_the_key_modulo_the_count() -> None:
+    # Known answers of XxHash32 with seed 0: "" -> 0x02CC5D05, "a" -> 0x550D7456.
+    from sdk.wire import MessagesKey
+
+    assert MessagesKey(b"").partition(7) == 0x02CC5D05 % 7
+    assert MessagesKey(b"a").partition(1000) == 0x550D7456 % 1000
+    assert MessagesKey(b"a").partition(1) == 0
