@@ -69,7 +69,8 @@ def test_tidy_accepts_deterministic_code(source: str) -> None:
 
 
 # Each import contract, with a module that breaks it. The contract is checked on a copy of
-# the tree with the planted module added, so the real tree is never touched.
+# the tree with the planted import added (to a new module, or appended to an existing one),
+# so the real tree is never touched.
 PLANTED_IMPORTS = [
     ("sdk/wire/_planted.py", "import trio\n"),
     ("sdk/wire/_planted.py", "import consensus\n"),
@@ -81,6 +82,9 @@ PLANTED_IMPORTS = [
     ("broker/state/_planted.py", "import trio\n"),
     ("broker/runtime/_planted.py", "import sim\n"),
     ("sdk/_planted.py", "import broker\n"),
+    ("sdk/_planted.py", "import cbor2\n"),
+    ("sdk/_protocol.py", "import trio\n"),
+    ("sdk/errors.py", "import socket\n"),
     ("sim/_planted.py", "import trio\n"),
     ("sim/_planted.py", "import broker.runtime\n"),
 ]
@@ -118,10 +122,14 @@ def test_import_contracts_pass_on_the_real_tree(tree_copy: Path) -> None:
 @pytest.mark.parametrize(("where", "source"), PLANTED_IMPORTS)
 def test_import_contracts_catch_planted_import(tree_copy: Path, where: str, source: str) -> None:
     planted = tree_copy / where
-    planted.write_text(textwrap.dedent(source), encoding="utf-8")
+    original = planted.read_text(encoding="utf-8") if planted.exists() else None
+    planted.write_text((original or "") + textwrap.dedent(source), encoding="utf-8")
     try:
         result = _lint_imports(tree_copy)
     finally:
-        planted.unlink()
+        if original is None:
+            planted.unlink()
+        else:
+            planted.write_text(original, encoding="utf-8")
     assert result.returncode != 0, result.stdout
     assert "BROKEN" in result.stdout or "broken" in result.stdout.lower(), result.stdout

@@ -1,0 +1,1175 @@
+"""The SDK's protocol core, sans IO: sessions, requests, replies, retries and routing.
+
+Purpose: everything a client decides, with no socket, clock or lock in sight, so the trio
+driver (``sdk.client``) and the blocking driver (``sdk.blocking``) are thin loops over the
+same logic and the logic is tested without a network.
+
+Theory of operation. Each call is a *step*: a generator that yields IO actions and is sent
+their results.
+
+* ``Exchange(address, frame, timeout_s, connect_timeout_s)``: write ``frame`` to the node
+  (dialing it first if needed) and read one frame back. The driver sends the reply
+  :class:`~sdk.wire.Frame` into the step, or throws a :class:`TransportError` into it
+  (and closes that connection: its byte stream can no longer be trusted).
+* ``Sleep(seconds)``: wait. ``Disconnect(address)``: close that connection.
+
+Steps compose with ``yield from``: ``send_messages`` resolves a partition with a GET_TOPIC
+step, then runs the SEND_MESSAGES step. Time comes from the injected ``clock`` and
+randomness from the injected ``random.Random``.
+
+Invariants:
+
+1. The client id is random and non-zero, minted once, and kept across reconnects,
+   failovers and re-registrations; only logout forgets it (as the official SDK does).
+2. Request numbers follow the official 0.9.0 SDK: Register sends 0; reads send the
+   counter without advancing it; Logout, metadata operations and partition operations
+   (send, store/delete offset) send the counter and advance it, even when refused. The
+   counter belongs to the client id, so it keeps counting across re-registrations (the
+   server keeps the client's watermark when the same client id registers again).
+3. A retry re-sends the same body under the same request number (with the current
+   session), so the server's client table answers a retried write from its cached reply:
+   a write retried by the SDK is applied at most once.
+4. A session is lock-step: one call at a time per core (the drivers hold a lock around
+   each step).
+5. Every call ends: attempts are bounded by ``ATTEMPTS_MAX`` and ``retry_deadline_s``;
+   waits between rounds grow exponentially, so retrying never busy-loops.
+6. A reply must echo our client id, the request number and the operation; anything else
+   is a protocol fault, and the connection it came on is closed before retrying.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final, TypeAlias, TypeVar
+
+from sdk._cluster import METADATA, Cluster, PartitionGroup, RouteKey
+from sdk.connection_string import ClientConfig, NodeAddress
+from sdk.errors import (
+    ConnectionFailed,
+    ConsumerGroupMemberNotFound,
+    Disconnected,
+    IggyError,
+    InvalidFormat,
+    PartitionNotFound,
+    RequestAlreadyApplied,
+    RequestTimeout,
+    TopicNotFound,
+    Unauthenticated,
+    error_for_code,
+    error_for_eviction,
+)
+from sdk.types import (
+    ConsumerRef,
+    IdLike,
+    MessageLike,
+    PartitioningLike,
+    PolledMessages,
+    ReceivedMessage,
+    to_identifier,
+    to_message,
+    to_partitioning,
+)
+from sdk.wire import (
+    HEADER_SIZE,
+    AckLevel,
+    Balanced,
+    ClientInfoDetails,
+    ClusterMetadata,
+    Command,
+    CommandCode,
+    ConsumerGroupAssignment,
+    ConsumerGroupDetails,
+    ConsumerGroupInfo,
+    ConsumerGroups,
+    ConsumerOffsetInfo,
+    CreateConsumerGroup,
+    CreateStream,
+    CreateTopic,
+    DeleteConsumerOffset,
+    Empty,
+    EvictionReason,
+    Frame,
+    GetConsumerOffset,
+    GroupRef,
+    Identifier,
+    IggyErrorCode,
+    LoginRegister,
+    LoginRegisterReply,
+    MessagesKey,
+    Operation,
+    OptionEntry,
+    PartitionId,
+    PartitionInfo,
+    PartitionsChange,
+    PollingStrategy,
+    PollMessages,
+    PollMessagesReply,
+    ProtocolError,
+    ReplyHeader,
+    ReplyPayload,
+    RequestHeader,
+    RequestPayload,
+    SendConfirmation,
+    SendMessagesReply,
+    ServerRejected,
+    SessionEvicted,
+    Stats,
+    StoreConsumerOffset,
+    StreamDetails,
+    StreamInfo,
+    StreamRef,
+    Streams,
+    TopicDetails,
+    TopicInfo,
+    TopicRef,
+    Topics,
+    UpdateStream,
+    UpdateTopic,
+    build_request_frame,
+    build_send_messages,
+    operation_for_code,
+    read_reply,
+)
+
+__all__ = [
+    "ATTEMPTS_MAX",
+    "NO_PARTITION",
+    "Action",
+    "ClientCore",
+    "ConnectFailed",
+    "ConnectionLost",
+    "Disconnect",
+    "Exchange",
+    "ExchangeTimedOut",
+    "SessionState",
+    "Sleep",
+    "Step",
+    "TransportError",
+    "frame_view",
+]
+
+ATTEMPTS_MAX: Final = 64
+"""Most attempts (frames written or dials tried) of one call, whatever the deadline."""
+
+PROTOCOL_FAULTS_MAX: Final = 2
+"""Malformed or mismatched replies tolerated per call before it fails."""
+
+TOPIC_CACHE_ENTRIES_MAX: Final = 1024
+"""Most topics whose partition count (for balanced and keyed sends) is remembered."""
+
+ASSIGNMENT_CACHE_ENTRIES_MAX: Final = 256
+"""Most consumer groups whose assignment to this session is remembered."""
+
+NO_PARTITION: Final = 0xFFFF_FFFF
+"""The partition id of a consumer-group poll reply that asks the member to re-sync."""
+
+_T = TypeVar("_T")
+
+
+# --- actions and transport errors ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """Write ``frame`` to ``address`` and read one frame back, within ``timeout_s``."""
+
+    address: NodeAddress
+    frame: bytes | bytearray
+    timeout_s: float
+    connect_timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Wait ``seconds``."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Disconnect:
+    """Close the connection to ``address`` (its byte stream is no longer trusted)."""
+
+    address: NodeAddress
+
+
+Action: TypeAlias = Exchange | Sleep | Disconnect
+Step: TypeAlias = Generator[Action, Frame | None, _T]
+"""A call in progress: yields actions, is sent reply frames, returns the call's value."""
+
+
+class TransportError(Exception):
+    """Raised by a driver into a step when an exchange failed; the driver has already
+    closed the connection.
+
+    Attributes:
+        address: The node.
+    """
+
+    def __init__(self, address: NodeAddress, detail: str = "") -> None:
+        super().__init__(f"{address}: {detail}" if detail else str(address))
+        self.address = address
+
+
+class ConnectFailed(TransportError):
+    """The dial failed: nothing was sent."""
+
+
+class ConnectionLost(TransportError):
+    """The connection broke after the frame may have been sent."""
+
+
+class ExchangeTimedOut(TransportError):
+    """No reply within the attempt's timeout (the frame may have been applied)."""
+
+
+# --- session state ---------------------------------------------------------------------
+
+
+class SessionState:
+    """Client id, session and request counter of one client (see invariants 1 and 2)."""
+
+    __slots__ = ("client_id", "next_request", "session", "user_id")
+
+    def __init__(self) -> None:
+        self.client_id = 0
+        self.session = 0
+        self.next_request = 1
+        self.user_id: int | None = None
+
+    @property
+    def logged_in(self) -> bool:
+        """Whether a Register reply gave us a session."""
+        return self.session != 0
+
+    def ensure_client_id(self, rng: random.Random) -> None:
+        """Mint the client id if there is none yet."""
+        while self.client_id == 0:
+            self.client_id = rng.getrandbits(128)
+
+    def number_for(self, operation: Operation) -> int:
+        """The request number of a new request; advances the counter where the official
+        0.9.0 SDK does (everything but Register and reads)."""
+        if operation is Operation.REGISTER:
+            return 0
+        number = self.next_request
+        if operation is not Operation.NON_REPLICATED:
+            self.next_request = number + 1
+        return number
+
+    def forget(self) -> None:
+        """Drop the client id, session and counter (after logout)."""
+        self.client_id = 0
+        self.session = 0
+        self.next_request = 1
+        self.user_id = None
+
+
+# --- request templates -----------------------------------------------------------------
+
+
+class _BodyTemplate:
+    """A request whose frame is rebuilt around the same body on every attempt."""
+
+    __slots__ = ("body", "code")
+
+    def __init__(self, code: CommandCode, body: bytes) -> None:
+        self.code = code
+        self.body = body
+
+    def frame(self, client: int, session: int, request: int) -> bytes | bytearray:
+        return build_request_frame(
+            self.code, self.body, client=client, session=session, request=request
+        )
+
+
+class _InPlaceTemplate:
+    """A partition-plane request built with header headroom: the header is packed into
+    the same buffer on every attempt, so the batch is never copied."""
+
+    __slots__ = ("buffer", "operation")
+
+    def __init__(self, operation: Operation, buffer: bytearray) -> None:
+        assert operation.is_partition
+        self.operation = operation
+        self.buffer = buffer
+
+    def frame(self, client: int, session: int, request: int) -> bytes | bytearray:
+        RequestHeader(
+            size=len(self.buffer),
+            client=client,
+            request=request,
+            session=session,
+            operation=self.operation,
+        ).pack_into(self.buffer)
+        return self.buffer
+
+
+_Template: TypeAlias = _BodyTemplate | _InPlaceTemplate
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    address: NodeAddress
+    header: ReplyHeader
+    payload: ReplyPayload | None
+
+
+def _body(code: CommandCode, payload: RequestPayload) -> _BodyTemplate:
+    return _BodyTemplate(code, payload.encode())
+
+
+_BALANCED: Final = Balanced()
+_RELOGIN_EVICTIONS: Final = (
+    EvictionReason.NO_SESSION,
+    EvictionReason.STALE_CLIENT,
+    EvictionReason.SESSION_ERROR,
+)
+
+
+def _expect(value: object, kind: type[_T]) -> _T:
+    if not isinstance(value, kind):
+        raise InvalidFormat(detail=f"expected a {kind.__name__} reply, got {type(value).__name__}")
+    return value
+
+
+# --- the core --------------------------------------------------------------------------
+
+
+class ClientCore:
+    """Session, routing and every call of the client protocol, as steps.
+
+    Args:
+        config: The client settings.
+        rng: Randomness for client ids, message ids and jitter.
+        clock: Monotonic seconds.
+        wall_clock_us: Microseconds since the epoch, for messages' origin timestamps.
+        cluster: The cluster view to use (a fresh one from ``config.seeds`` if ``None``).
+    """
+
+    def __init__(
+        self,
+        config: ClientConfig,
+        *,
+        rng: random.Random,
+        clock: Callable[[], float],
+        wall_clock_us: Callable[[], int],
+        cluster: Cluster | None = None,
+    ) -> None:
+        self.config = config
+        self.session = SessionState()
+        self.cluster = cluster or Cluster(
+            config.seeds,
+            backoff_min_s=config.backoff_min_s,
+            backoff_max_s=config.backoff_max_s,
+            rng=rng,
+        )
+        self._rng = rng
+        self._clock = clock
+        self._wall_clock_us = wall_clock_us
+        self._credentials: tuple[str, str] | None = None
+        if config.username is not None and config.password is not None:
+            self._credentials = (config.username, config.password)
+        self._partition_counts: OrderedDict[tuple[object, object], int] = OrderedDict()
+        self._balanced_next: dict[tuple[object, object], int] = {}
+        self._assignments: OrderedDict[tuple[object, object, object], list[int]] = OrderedDict()
+        self._assignment_next: dict[tuple[object, object, object], int] = {}
+
+    def fork(self, rng: random.Random) -> ClientCore:
+        """Another core with the same settings, credentials and roster, and its own
+        session (the producer runs one per batch in flight, the consumer its own)."""
+        other = ClientCore(
+            self.config,
+            rng=rng,
+            clock=self._clock,
+            wall_clock_us=self._wall_clock_us,
+            cluster=self.cluster.copy(rng),
+        )
+        other._credentials = self._credentials
+        return other
+
+    @property
+    def has_credentials(self) -> bool:
+        """Whether the core can log in (again) on its own."""
+        return self._credentials is not None
+
+    # --- the engine --------------------------------------------------------------------
+
+    def _backoff(self, rounds: int) -> float:
+        config = self.config
+        wait = min(config.backoff_max_s, config.backoff_min_s * (1 << min(max(0, rounds - 1), 30)))
+        return wait * (0.5 + 0.5 * self._rng.random())
+
+    def _read(
+        self, code: CommandCode, request: int, operation: Operation, frame: Frame
+    ) -> tuple[ReplyHeader, ReplyPayload | None]:
+        """Check that ``frame`` answers our request; decode it.
+
+        Raises:
+            ProtocolError: malformed, or not an answer to this request.
+            ServerRejected: a status or a rejecting result section.
+            SessionEvicted: an eviction for our client.
+        """
+        client = self.session.client_id
+        if frame.command is Command.EVICTION:
+            eviction = frame.eviction_header()
+            if eviction.client != client:
+                raise ProtocolError("eviction for another client")
+            raise SessionEvicted(
+                eviction.reason,
+                eviction.server_protocol_version,
+                eviction.server_protocol_version_min,
+            )
+        header = frame.reply_header()
+        if header.client != client or header.request != request or header.operation != operation:
+            raise ProtocolError(
+                f"reply (client {header.client:x}, request {header.request}, "
+                f"{header.operation.name}) does not answer request {request} {operation.name}"
+            )
+        if operation is Operation.REGISTER and header.status == 0 and len(frame.body) == 0:
+            # A terminal login failure ships an empty Register reply (docs/protocol.md 4).
+            raise _LoginRefused
+        return header, read_reply(code, frame)
+
+    def _call(
+        self,
+        code: CommandCode,
+        template: _Template,
+        route: RouteKey | None,
+        *,
+        deadline: float | None = None,
+    ) -> Step[_Answer]:
+        """Run one request to completion: choose a node, exchange, retry, learn.
+
+        Args:
+            code: The command.
+            template: Builds the frame for (client, session, request).
+            route: Which group's primary should take it (``None``: any node).
+            deadline: Monotonic time by which to give up (default: now + retry deadline).
+        """
+        operation = operation_for_code(code)
+        replicated = operation is not Operation.NON_REPLICATED
+        needs_session = operation is not Operation.REGISTER and code is not CommandCode.PING
+        if needs_session and not self.session.logged_in and self._credentials is not None:
+            yield from self._register(deadline)
+            if self.config.cluster_discovery and not self.cluster.roster_known:
+                yield from self._refresh_roster(self._clock() + self.config.request_timeout_s)
+        if replicated and operation is not Operation.REGISTER and not self.session.logged_in:
+            raise Unauthenticated(detail="log in first")
+        self.session.ensure_client_id(self._rng)
+        request = self.session.number_for(operation)
+        write_route: RouteKey | None = None
+        if operation.is_partition and isinstance(route, PartitionGroup):
+            write_route = route
+        elif replicated and not operation.is_partition:
+            write_route = METADATA
+            route = METADATA
+        config = self.config
+        now = self._clock()
+        if deadline is None:
+            deadline = now + config.retry_deadline_s
+        tried: set[NodeAddress] = set()
+        rounds = 0
+        attempts = 0
+        protocol_faults = 0
+        uncertain = False
+        reached = False
+        relogged = False
+        last: Exception | None = None
+        while True:
+            now = self._clock()
+            if now >= deadline or attempts >= ATTEMPTS_MAX:
+                raise self._give_up(last, uncertain=uncertain, reached=reached)
+            if route == METADATA and self.cluster.stale and code is not CommandCode.LOGIN_REGISTER:
+                yield from self._refresh_roster(min(deadline, now + config.request_timeout_s))
+                now = self._clock()
+            address = self.cluster.choose(self.cluster.preferred(route), tried, now)
+            if address is None:
+                rounds += 1
+                tried.clear()
+                wait = max(self.cluster.time_until_usable(now), self._backoff(rounds))
+                wait = min(wait, deadline - now)
+                if wait > 0:
+                    yield Sleep(wait)
+                continue
+            attempts += 1
+            frame = template.frame(self.session.client_id, self.session.session, request)
+            timeout = max(min(config.request_timeout_s, deadline - now), 0.001)
+            try:
+                reply = yield Exchange(
+                    address, frame, timeout, min(config.connect_timeout_s, timeout)
+                )
+            except ConnectFailed as error:
+                self.cluster.on_transport_failure(address, self._clock())
+                tried.add(address)
+                last = error
+                continue
+            except TransportError as error:
+                # The frame may have reached the node: a write's outcome is now unknown
+                # until a retry (same request number) hears the client table's answer.
+                uncertain = uncertain or replicated
+                reached = True
+                self.cluster.on_transport_failure(address, self._clock())
+                tried.add(address)
+                last = error
+                continue
+            assert reply is not None, "a driver answers an exchange with a frame"
+            reached = True
+            try:
+                header, payload = self._read(code, request, operation, reply)
+            except _LoginRefused:
+                self.cluster.on_answer(address)
+                raise InvalidFormat(detail="login refused: empty register reply") from None
+            except ProtocolError as error:
+                yield Disconnect(address)
+                protocol_faults += 1
+                if protocol_faults > PROTOCOL_FAULTS_MAX:
+                    raise InvalidFormat(detail=f"malformed reply: {error.reason}") from error
+                uncertain = uncertain or replicated
+                last = error
+                continue
+            except ServerRejected as rejection:
+                self.cluster.on_answer(address)
+                failure = error_for_code(rejection.code)
+                view = frame_view(reply)
+                if rejection.code == IggyErrorCode.TRANSIENT_NOT_ACCEPTED:
+                    if route is not None:
+                        self.cluster.on_not_primary(route, address, view)
+                    tried.add(address)
+                    last = failure
+                    continue
+                if rejection.code == IggyErrorCode.TRANSIENT_NOT_COMMITTED:
+                    uncertain = True
+                    rounds += 1
+                    last = failure
+                    wait = min(self._backoff(rounds), max(0.0, deadline - self._clock()))
+                    if wait > 0:
+                        yield Sleep(wait)
+                    continue
+                if (
+                    rejection.code == IggyErrorCode.UNAUTHENTICATED
+                    and self.session.logged_in
+                    and self._credentials is not None
+                    and not relogged
+                ):
+                    # The server forgot our session (restart, table eviction): register
+                    # again with the same client id and replay.
+                    relogged = True
+                    self.session.session = 0
+                    yield from self._register(deadline)
+                    continue
+                if isinstance(failure, RequestAlreadyApplied) and uncertain:
+                    failure = RequestAlreadyApplied(
+                        detail="applied by an earlier attempt; its reply aged out",
+                        after_retry=True,
+                    )
+                raise failure from None
+            except SessionEvicted as evicted:
+                self.cluster.on_answer(address)
+                if (
+                    evicted.reason in _RELOGIN_EVICTIONS
+                    and operation is not Operation.REGISTER
+                    and self.session.logged_in
+                    and self._credentials is not None
+                    and not relogged
+                ):
+                    relogged = True
+                    self.session.session = 0
+                    yield from self._register(deadline)
+                    continue
+                self.session.session = 0
+                raise error_for_eviction(
+                    evicted.reason,
+                    evicted.server_protocol_version,
+                    evicted.server_protocol_version_min,
+                ) from None
+            self.cluster.on_answer(address)
+            if write_route is not None:
+                self.cluster.on_primary(write_route, address, header.view)
+            return _Answer(address, header, payload)
+
+    @staticmethod
+    def _give_up(last: Exception | None, *, uncertain: bool, reached: bool) -> IggyError:
+        if isinstance(last, IggyError):
+            return last
+        if isinstance(last, ExchangeTimedOut) or last is None:
+            return RequestTimeout(detail=str(last or "deadline"), outcome_unknown=uncertain)
+        if not reached:
+            return ConnectionFailed(detail=str(last))
+        if isinstance(last, ProtocolError):
+            return InvalidFormat(detail=f"malformed reply: {last.reason}")
+        return Disconnected(detail=str(last), outcome_unknown=uncertain)
+
+    def _request(
+        self, code: CommandCode, payload: RequestPayload, route: RouteKey | None = None
+    ) -> Step[ReplyPayload | None]:
+        answer = yield from self._call(code, _body(code, payload), route)
+        return answer.payload
+
+    # --- session -----------------------------------------------------------------------
+
+    def _register(self, deadline: float | None = None) -> Step[LoginRegisterReply]:
+        assert self._credentials is not None
+        username, password = self._credentials
+        payload = LoginRegister(
+            username,
+            password,
+            sdk_name=self.config.sdk_name,
+            sdk_version=self.config.sdk_version,
+        )
+        self.session.ensure_client_id(self._rng)
+        template = _body(CommandCode.LOGIN_REGISTER, payload)
+        answer = yield from self._call(
+            CommandCode.LOGIN_REGISTER, template, METADATA, deadline=deadline
+        )
+        reply = _expect(answer.payload, LoginRegisterReply)
+        self.session.session = reply.session
+        self.session.user_id = reply.user_id
+        return reply
+
+    def login(self, username: str, password: str) -> Step[LoginRegisterReply]:
+        """Register a session (request 0) and, if discovery is on, learn the roster."""
+        self._credentials = (username, password)
+        try:
+            reply = yield from self._register()
+        except IggyError:
+            self._credentials = None
+            raise
+        if self.config.cluster_discovery:
+            yield from self._refresh_roster(self._clock() + self.config.request_timeout_s)
+        return reply
+
+    def logout(self) -> Step[None]:
+        """End the session; the client id, counter and credentials are forgotten."""
+        try:
+            if self.session.logged_in:
+                yield from self._request(CommandCode.LOGOUT_USER, Empty(), METADATA)
+        finally:
+            self.session.forget()
+            self._credentials = None
+            self._assignments.clear()
+
+    def _refresh_roster(self, deadline: float) -> Step[None]:
+        """Ask any node for cluster metadata; failures leave the roster as it was."""
+        self.cluster.stale = False
+        try:
+            answer = yield from self._call(
+                CommandCode.GET_CLUSTER_METADATA,
+                _body(CommandCode.GET_CLUSTER_METADATA, Empty()),
+                None,
+                deadline=deadline,
+            )
+        except IggyError:
+            return
+        if isinstance(answer.payload, ClusterMetadata):
+            self.cluster.update_roster(answer.payload, answer.address)
+
+    # --- system --------------------------------------------------------------------------
+
+    def ping(self) -> Step[None]:
+        """PING (allowed before login)."""
+        yield from self._request(CommandCode.PING, Empty())
+
+    def get_stats(self) -> Step[Stats]:
+        """GET_STATS."""
+        return _expect((yield from self._request(CommandCode.GET_STATS, Empty())), Stats)
+
+    def get_me(self) -> Step[ClientInfoDetails]:
+        """GET_ME."""
+        payload = yield from self._request(CommandCode.GET_ME, Empty())
+        return _expect(payload, ClientInfoDetails)
+
+    def get_cluster_metadata(self) -> Step[ClusterMetadata]:
+        """GET_CLUSTER_METADATA; the roster is updated from it."""
+        answer = yield from self._call(
+            CommandCode.GET_CLUSTER_METADATA,
+            _body(CommandCode.GET_CLUSTER_METADATA, Empty()),
+            None,
+        )
+        metadata = _expect(answer.payload, ClusterMetadata)
+        self.cluster.update_roster(metadata, answer.address)
+        return metadata
+
+    # --- streams -------------------------------------------------------------------------
+
+    def create_stream(self, name: str, options: Sequence[OptionEntry] = ()) -> Step[StreamDetails]:
+        """CREATE_STREAM."""
+        payload = yield from self._request(
+            CommandCode.CREATE_STREAM, CreateStream(name, tuple(options)), METADATA
+        )
+        return _expect(payload, StreamDetails)
+
+    def get_stream(self, stream: IdLike) -> Step[StreamDetails | None]:
+        """GET_STREAM (``None`` when missing)."""
+        payload = yield from self._request(
+            CommandCode.GET_STREAM, StreamRef(to_identifier(stream)), METADATA
+        )
+        return None if payload is None else _expect(payload, StreamDetails)
+
+    def get_streams(self) -> Step[list[StreamInfo]]:
+        """GET_STREAMS."""
+        payload = yield from self._request(CommandCode.GET_STREAMS, Empty(), METADATA)
+        return list(_expect(payload, Streams).streams)
+
+    def update_stream(
+        self, stream: IdLike, name: str, options: Sequence[OptionEntry] = ()
+    ) -> Step[None]:
+        """UPDATE_STREAM (options are a patch)."""
+        yield from self._request(
+            CommandCode.UPDATE_STREAM,
+            UpdateStream(to_identifier(stream), name, tuple(options)),
+            METADATA,
+        )
+
+    def delete_stream(self, stream: IdLike) -> Step[None]:
+        """DELETE_STREAM."""
+        self._forget_topics()
+        yield from self._request(
+            CommandCode.DELETE_STREAM, StreamRef(to_identifier(stream)), METADATA
+        )
+
+    def purge_stream(self, stream: IdLike) -> Step[None]:
+        """PURGE_STREAM."""
+        yield from self._request(
+            CommandCode.PURGE_STREAM, StreamRef(to_identifier(stream)), METADATA
+        )
+
+    # --- topics --------------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        stream: IdLike,
+        name: str,
+        partitions_count: int,
+        options: Sequence[OptionEntry] = (),
+    ) -> Step[TopicDetails]:
+        """CREATE_TOPIC."""
+        payload = yield from self._request(
+            CommandCode.CREATE_TOPIC,
+            CreateTopic(to_identifier(stream), partitions_count, name, tuple(options)),
+            METADATA,
+        )
+        return _expect(payload, TopicDetails)
+
+    def get_topic(self, stream: IdLike, topic: IdLike) -> Step[TopicDetails | None]:
+        """GET_TOPIC (``None`` when missing); refreshes the cached partition count."""
+        stream_id, topic_id = to_identifier(stream), to_identifier(topic)
+        payload = yield from self._request(
+            CommandCode.GET_TOPIC, TopicRef(stream_id, topic_id), METADATA
+        )
+        if payload is None:
+            self._partition_counts.pop((stream_id.value, topic_id.value), None)
+            return None
+        details = _expect(payload, TopicDetails)
+        self._remember_partitions(stream_id, topic_id, details.topic.partitions_count)
+        return details
+
+    def get_topics(self, stream: IdLike) -> Step[list[TopicInfo]]:
+        """GET_TOPICS."""
+        payload = yield from self._request(
+            CommandCode.GET_TOPICS, StreamRef(to_identifier(stream)), METADATA
+        )
+        return [] if payload is None else list(_expect(payload, Topics).topics)
+
+    def update_topic(
+        self, stream: IdLike, topic: IdLike, name: str, options: Sequence[OptionEntry] = ()
+    ) -> Step[None]:
+        """UPDATE_TOPIC (options are a patch)."""
+        yield from self._request(
+            CommandCode.UPDATE_TOPIC,
+            UpdateTopic(to_identifier(stream), to_identifier(topic), name, tuple(options)),
+            METADATA,
+        )
+
+    def delete_topic(self, stream: IdLike, topic: IdLike) -> Step[None]:
+        """DELETE_TOPIC."""
+        self._forget_topics()
+        yield from self._request(
+            CommandCode.DELETE_TOPIC,
+            TopicRef(to_identifier(stream), to_identifier(topic)),
+            METADATA,
+        )
+
+    def purge_topic(self, stream: IdLike, topic: IdLike) -> Step[None]:
+        """PURGE_TOPIC."""
+        yield from self._request(
+            CommandCode.PURGE_TOPIC,
+            TopicRef(to_identifier(stream), to_identifier(topic)),
+            METADATA,
+        )
+
+    # --- partitions ----------------------------------------------------------------------
+
+    def create_partitions(self, stream: IdLike, topic: IdLike, count: int) -> Step[None]:
+        """CREATE_PARTITIONS (appends ``count`` partitions)."""
+        stream_id, topic_id = to_identifier(stream), to_identifier(topic)
+        self._partition_counts.pop((stream_id.value, topic_id.value), None)
+        yield from self._request(
+            CommandCode.CREATE_PARTITIONS, PartitionsChange(stream_id, topic_id, count), METADATA
+        )
+
+    def delete_partitions(self, stream: IdLike, topic: IdLike, count: int) -> Step[None]:
+        """DELETE_PARTITIONS (removes the last ``count`` partitions)."""
+        stream_id, topic_id = to_identifier(stream), to_identifier(topic)
+        self._partition_counts.pop((stream_id.value, topic_id.value), None)
+        yield from self._request(
+            CommandCode.DELETE_PARTITIONS, PartitionsChange(stream_id, topic_id, count), METADATA
+        )
+
+    def get_partitions(self, stream: IdLike, topic: IdLike) -> Step[list[PartitionInfo]]:
+        """The topic's partitions (from GET_TOPIC)."""
+        details = yield from self.get_topic(stream, topic)
+        if details is None:
+            raise _topic_not_found(to_identifier(topic))
+        return list(details.partitions)
+
+    def get_partition(
+        self, stream: IdLike, topic: IdLike, partition_id: int
+    ) -> Step[PartitionInfo | None]:
+        """One partition (from GET_TOPIC), ``None`` when the topic has no such partition."""
+        partitions = yield from self.get_partitions(stream, topic)
+        return next((p for p in partitions if p.id == partition_id), None)
+
+    def _remember_partitions(self, stream_id: Identifier, topic_id: Identifier, count: int) -> None:
+        key = (stream_id.value, topic_id.value)
+        self._partition_counts[key] = count
+        self._partition_counts.move_to_end(key)
+        while len(self._partition_counts) > TOPIC_CACHE_ENTRIES_MAX:
+            evicted, _ = self._partition_counts.popitem(last=False)
+            self._balanced_next.pop(evicted, None)
+
+    def _forget_topics(self) -> None:
+        self._partition_counts.clear()
+        self._balanced_next.clear()
+        self._assignments.clear()
+
+    def partitions_count(self, stream: IdLike, topic: IdLike) -> Step[int]:
+        """The topic's partition count, from the cache or a GET_TOPIC."""
+        stream_id, topic_id = to_identifier(stream), to_identifier(topic)
+        count = self._partition_counts.get((stream_id.value, topic_id.value))
+        if count is None:
+            details = yield from self.get_topic(stream_id, topic_id)
+            if details is None:
+                raise _topic_not_found(topic_id)
+            count = details.topic.partitions_count
+        if count == 0:
+            raise PartitionNotFound(IggyErrorCode.NO_PARTITIONS, "the topic has no partitions")
+        return count
+
+    def resolve_partition(
+        self, stream: IdLike, topic: IdLike, partitioning: PartitioningLike
+    ) -> Step[int]:
+        """The partition a send goes to, resolved as the official SDK does: balanced is a
+        per-topic round robin starting at 0, a messages key is ``xxh32(key) % count``."""
+        chosen = to_partitioning(partitioning)
+        if isinstance(chosen, PartitionId):
+            return chosen.partition_id
+        count = yield from self.partitions_count(stream, topic)
+        if isinstance(chosen, MessagesKey):
+            return chosen.partition(count)
+        assert isinstance(chosen, Balanced)
+        key = (to_identifier(stream).value, to_identifier(topic).value)
+        partition = self._balanced_next.get(key, 0) % count
+        self._balanced_next[key] = partition + 1
+        return partition
+
+    # --- messages ------------------------------------------------------------------------
+
+    def send_messages(
+        self,
+        stream: IdLike,
+        topic: IdLike,
+        messages: Iterable[MessageLike],
+        partitioning: PartitioningLike = _BALANCED,
+    ) -> Step[list[SendConfirmation]]:
+        """SEND_MESSAGES to the resolved partition's primary, exactly once across retries.
+
+        Messages without an id get a random 128-bit one and messages without an origin
+        timestamp get the wall clock. If the reply of an applied send aged out of the
+        server's client table (59) while the SDK retried, the send was applied once and
+        the confirmations are empty.
+        """
+        batch = [to_message(m) for m in messages]
+        if not batch:
+            raise ValueError("send at least one message")
+        stream_id, topic_id = to_identifier(stream), to_identifier(topic)
+        partition = yield from self.resolve_partition(stream_id, topic_id, partitioning)
+        now_us = self._wall_clock_us()
+        outgoing = [
+            m.outgoing(m.id or self._message_id(), m.origin_timestamp or now_us) for m in batch
+        ]
+        buffer = build_send_messages(
+            stream_id, topic_id, PartitionId(partition), outgoing, headroom=HEADER_SIZE
+        )
+        return (yield from self.send_prepared(stream_id, topic_id, partition, buffer))
+
+    def send_prepared(
+        self, stream_id: Identifier, topic_id: Identifier, partition: int, buffer: bytearray
+    ) -> Step[list[SendConfirmation]]:
+        """Send a SEND_MESSAGES body built with 256 bytes of headroom (the producer builds
+        its batches this way)."""
+        route = PartitionGroup(stream_id.value, topic_id.value, partition)
+        template = _InPlaceTemplate(Operation.SEND_MESSAGES, buffer)
+        try:
+            answer = yield from self._call(CommandCode.SEND_MESSAGES, template, route)
+        except RequestAlreadyApplied as error:
+            if error.after_retry:
+                return []
+            raise
+        except PartitionNotFound:
+            self._partition_counts.pop((stream_id.value, topic_id.value), None)
+            raise
+        if answer.payload is None:
+            return []
+        return list(_expect(answer.payload, SendMessagesReply).confirmations)
+
+    def _message_id(self) -> int:
+        message_id = 0
+        while message_id == 0:
+            message_id = self._rng.getrandbits(128)
+        return message_id
+
+    def poll_messages(
+        self,
+        stream: IdLike,
+        topic: IdLike,
+        *,
+        consumer: ConsumerRef,
+        strategy: PollingStrategy,
+        count: int,
+        auto_commit: bool = False,
+        partition_id: int | None = None,
+    ) -> Step[PolledMessages]:
+        """POLL_MESSAGES.
+
+        A consumer-group poll without a partition uses this session's assignment
+        (SYNC_CONSUMER_GROUP first, cached; re-synced when the server answers with the
+        re-sync sentinel), as the official SDK does.
+        """
+        stream_id, topic_id = to_identifier(stream), to_identifier(topic)
+        if not (consumer.is_group and partition_id is None):
+            return (
+                yield from self._poll(
+                    consumer, stream_id, topic_id, partition_id, strategy, count, auto_commit
+                )
+            )
+        group_id = to_identifier(consumer.id)
+        key = (stream_id.value, topic_id.value, group_id.value)
+        partitions = self._assignments.get(key)
+        if partitions is None:
+            partitions = yield from self._sync_assignment(stream_id, topic_id, group_id)
+        for _ in range(2):
+            if not partitions:
+                return PolledMessages(NO_PARTITION, 0, [])
+            turn = self._assignment_next.get(key, 0)
+            self._assignment_next[key] = turn + 1
+            partition = partitions[turn % len(partitions)]
+            polled = yield from self._poll(
+                consumer, stream_id, topic_id, partition, strategy, count, auto_commit
+            )
+            if polled.partition_id != NO_PARTITION:
+                return polled
+            partitions = yield from self._sync_assignment(stream_id, topic_id, group_id)
+        return PolledMessages(NO_PARTITION, 0, [])
+
+    def _sync_assignment(
+        self, stream_id: Identifier, topic_id: Identifier, group_id: Identifier
+    ) -> Step[list[int]]:
+        assignment = yield from self.sync_consumer_group(stream_id, topic_id, group_id)
+        if assignment is None:
+            raise ConsumerGroupMemberNotFound(detail=f"not a member of group {group_id}")
+        key = (stream_id.value, topic_id.value, group_id.value)
+        partitions = list(assignment.partitions)
+        self._assignments[key] = partitions
+        self._assignments.move_to_end(key)
+        while len(self._assignments) > ASSIGNMENT_CACHE_ENTRIES_MAX:
+            evicted, _ = self._assignments.popitem(last=False)
+            self._assignment_next.pop(evicted, None)
+        return partitions
+
+    def _poll(
+        self,
+        consumer: ConsumerRef,
+        stream_id: Identifier,
+        topic_id: Identifier,
+        partition_id: int | None,
+        strategy: PollingStrategy,
+        count: int,
+        auto_commit: bool,
+    ) -> Step[PolledMessages]:
+        route: RouteKey | None = None
+        if partition_id is not None:
+            route = PartitionGroup(stream_id.value, topic_id.value, partition_id)
+        request = PollMessages(
+            consumer.wire(), stream_id, topic_id, partition_id, strategy, count, auto_commit
+        )
+        payload = yield from self._request(CommandCode.POLL_MESSAGES, request, route)
+        reply = _expect(payload, PollMessagesReply)
+        partition = reply.partition_id
+        messages = [
+            ReceivedMessage(
+                partition,
+                m.offset,
+                m.id,
+                m.checksum,
+                m.timestamp,
+                m.origin_timestamp,
+                bytes(m.payload),
+                bytes(m.user_headers),
+            )
+            for m in reply.messages()
+        ]
+        return PolledMessages(partition, reply.current_offset, messages)
+
+    # --- consumer offsets ----------------------------------------------------------------
+
+    def get_consumer_offset(
+        self,
+        consumer: ConsumerRef,
+        stream: IdLike,
+        topic: IdLike,
+        partition_id: int | None = None,
+    ) -> Step[ConsumerOffsetInfo | None]:
+        """GET_CONSUMER_OFFSET (``None`` when no offset is stored)."""
+        stream_id, topic_id = to_identifier(stream), to_identifier(topic)
+        payload = yield from self._request(
+            CommandCode.GET_CONSUMER_OFFSET,
+            GetConsumerOffset(consumer.wire(), stream_id, topic_id, partition_id),
+            _partition_route(stream_id, topic_id, partition_id),
+        )
+        return None if payload is None else _expect(payload, ConsumerOffsetInfo)
+
+    def store_consumer_offset(
+        self,
+        consumer: ConsumerRef,
+        stream: IdLike,
+        topic: IdLike,
+        offset: int,
+        partition_id: int | None = None,
+        *,
+        ack: AckLevel = AckLevel.QUORUM,
+    ) -> Step[None]:
+        """STORE_CONSUMER_OFFSET (a partition-plane write)."""
+        stream_id, topic_id = to_identifier(stream), to_identifier(topic)
+        yield from self._request(
+            CommandCode.STORE_CONSUMER_OFFSET,
+            StoreConsumerOffset(consumer.wire(), stream_id, topic_id, partition_id, offset, ack),
+            _partition_route(stream_id, topic_id, partition_id),
+        )
+
+    def delete_consumer_offset(
+        self,
+        consumer: ConsumerRef,
+        stream: IdLike,
+        topic: IdLike,
+        partition_id: int | None = None,
+        *,
+        ack: AckLevel = AckLevel.QUORUM,
+    ) -> Step[None]:
+        """DELETE_CONSUMER_OFFSET (a partition-plane write)."""
+        stream_id, topic_id = to_identifier(stream), to_identifier(topic)
+        yield from self._request(
+            CommandCode.DELETE_CONSUMER_OFFSET,
+            DeleteConsumerOffset(consumer.wire(), stream_id, topic_id, partition_id, ack),
+            _partition_route(stream_id, topic_id, partition_id),
+        )
+
+    # --- consumer groups -----------------------------------------------------------------
+
+    def create_consumer_group(
+        self, stream: IdLike, topic: IdLike, name: str
+    ) -> Step[ConsumerGroupDetails]:
+        """CREATE_CONSUMER_GROUP."""
+        payload = yield from self._request(
+            CommandCode.CREATE_CONSUMER_GROUP,
+            CreateConsumerGroup(to_identifier(stream), to_identifier(topic), name),
+            METADATA,
+        )
+        return _expect(payload, ConsumerGroupDetails)
+
+    def get_consumer_group(
+        self, stream: IdLike, topic: IdLike, group: IdLike
+    ) -> Step[ConsumerGroupDetails | None]:
+        """GET_CONSUMER_GROUP (``None`` when missing)."""
+        payload = yield from self._request(
+            CommandCode.GET_CONSUMER_GROUP, _group_ref(stream, topic, group), METADATA
+        )
+        return None if payload is None else _expect(payload, ConsumerGroupDetails)
+
+    def get_consumer_groups(self, stream: IdLike, topic: IdLike) -> Step[list[ConsumerGroupInfo]]:
+        """GET_CONSUMER_GROUPS."""
+        payload = yield from self._request(
+            CommandCode.GET_CONSUMER_GROUPS,
+            TopicRef(to_identifier(stream), to_identifier(topic)),
+            METADATA,
+        )
+        return list(_expect(payload, ConsumerGroups).groups)
+
+    def delete_consumer_group(self, stream: IdLike, topic: IdLike, group: IdLike) -> Step[None]:
+        """DELETE_CONSUMER_GROUP."""
+        self._forget_assignment(stream, topic, group)
+        yield from self._request(
+            CommandCode.DELETE_CONSUMER_GROUP, _group_ref(stream, topic, group), METADATA
+        )
+
+    def join_consumer_group(self, stream: IdLike, topic: IdLike, group: IdLike) -> Step[None]:
+        """JOIN_CONSUMER_GROUP (membership belongs to this session)."""
+        self._forget_assignment(stream, topic, group)
+        yield from self._request(
+            CommandCode.JOIN_CONSUMER_GROUP, _group_ref(stream, topic, group), METADATA
+        )
+
+    def leave_consumer_group(self, stream: IdLike, topic: IdLike, group: IdLike) -> Step[None]:
+        """LEAVE_CONSUMER_GROUP."""
+        self._forget_assignment(stream, topic, group)
+        yield from self._request(
+            CommandCode.LEAVE_CONSUMER_GROUP, _group_ref(stream, topic, group), METADATA
+        )
+
+    def sync_consumer_group(
+        self, stream: IdLike, topic: IdLike, group: IdLike
+    ) -> Step[ConsumerGroupAssignment | None]:
+        """SYNC_CONSUMER_GROUP: this member's partitions and the group's generation
+        (``None`` when this session is not a member)."""
+        payload = yield from self._request(
+            CommandCode.SYNC_CONSUMER_GROUP, _group_ref(stream, topic, group), METADATA
+        )
+        return None if payload is None else _expect(payload, ConsumerGroupAssignment)
+
+    def _forget_assignment(self, stream: IdLike, topic: IdLike, group: IdLike) -> None:
+        key = (to_identifier(stream).value, to_identifier(topic).value, to_identifier(group).value)
+        self._assignments.pop(key, None)
+
+
+class _LoginRefused(Exception):
+    """An empty Register reply (internal signal)."""
+
+
+def frame_view(frame: Frame) -> int:
+    """The ``view`` of a reply or eviction frame (both keep it at offset 52)."""
+    view: int = int.from_bytes(frame.data[52:56], "little")
+    return view
+
+
+def _partition_route(
+    stream_id: Identifier, topic_id: Identifier, partition_id: int | None
+) -> RouteKey | None:
+    if partition_id is None:
+        return None
+    return PartitionGroup(stream_id.value, topic_id.value, partition_id)
+
+
+def _group_ref(stream: IdLike, topic: IdLike, group: IdLike) -> GroupRef:
+    return GroupRef(to_identifier(stream), to_identifier(topic), to_identifier(group))
+
+
+def _topic_not_found(topic_id: Identifier) -> TopicNotFound:
+    code = (
+        IggyErrorCode.TOPIC_ID_NOT_FOUND
+        if isinstance(topic_id.value, int)
+        else IggyErrorCode.TOPIC_NAME_NOT_FOUND
+    )
+    return TopicNotFound(code, f"topic {topic_id}")

@@ -1,0 +1,627 @@
+"""The async client, on trio: a thin driver of the sans-IO core (``sdk._protocol``).
+
+Purpose: run the core's steps over ``trio`` TCP streams. The driver owns one connection
+per node it talks to, a lock that keeps the session lock-step, and the waits; every
+decision (which node, whether to retry, what the reply means) is the core's.
+
+Invariants:
+
+1. At most one step runs at a time per client (``trio.Lock``), so one request of this
+   session is in flight at a time.
+2. A connection that failed, timed out, produced a bad frame, or was interrupted by a
+   cancellation is closed at once; the next exchange with that node dials again.
+3. Every exchange runs under ``trio.fail_after`` with the core's attempt timeout, and
+   every dial under the connect timeout.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import time
+from collections.abc import Iterable, Mapping
+from contextlib import AbstractAsyncContextManager, suppress
+from types import TracebackType
+from typing import TYPE_CHECKING, Final, TypedDict, TypeVar, Unpack
+
+import trio
+
+from sdk._protocol import (
+    ClientCore,
+    ConnectFailed,
+    ConnectionLost,
+    Disconnect,
+    Exchange,
+    ExchangeTimedOut,
+    Sleep,
+    Step,
+)
+from sdk.connection_string import ClientConfig, NodeAddress, parse_connection_string
+from sdk.errors import ClientClosed
+from sdk.types import (
+    ConsumerRef,
+    Expiry,
+    IdLike,
+    MessageLike,
+    PartitioningLike,
+    PolledMessages,
+    TopicSize,
+    string_options,
+    topic_options,
+)
+from sdk.wire import (
+    NEED_MORE_BYTES,
+    Balanced,
+    ClientInfoDetails,
+    ClusterMetadata,
+    ConsumerGroupAssignment,
+    ConsumerGroupDetails,
+    ConsumerGroupInfo,
+    ConsumerOffsetInfo,
+    Frame,
+    FrameDecoder,
+    LoginRegisterReply,
+    PartitionInfo,
+    PollingStrategy,
+    ProtocolError,
+    SendConfirmation,
+    Stats,
+    StreamDetails,
+    StreamInfo,
+    TopicDetails,
+    TopicInfo,
+)
+
+if TYPE_CHECKING:
+    from sdk.consumer import AsyncConsumer, ConsumerSettings
+    from sdk.producer import AsyncProducer, ProducerSettings
+
+__all__ = ["RECEIVE_BYTES_MAX", "AsyncClient", "TopicSettings"]
+
+RECEIVE_BYTES_MAX: Final = 256 * 1024
+"""Largest single read from a socket."""
+
+CLOSE_TIMEOUT_S: Final = 2.0
+"""Longest a close waits for its best-effort logout."""
+
+_T = TypeVar("_T")
+_BALANCED: Final = Balanced()
+
+
+class TopicSettings(TypedDict, total=False):
+    """Topic settings of ``create_topic`` and ``update_topic`` (the official SDK's names).
+
+    Attributes:
+        compression_algorithm: ``"none"`` or ``"gzip"``.
+        message_expiry: A ``timedelta``, or ``"never"``.
+        max_topic_size: Bytes, or ``"unlimited"``.
+        segment_size: Bytes per segment.
+        durability: ``"replicated"`` (ack once a quorum holds it) or ``"persisted"``
+            (ack once a quorum has synced it).
+        consumer_offset_durability: The same, for stored consumer offsets.
+        messages_required_to_save: Messages buffered before a save.
+        size_of_messages_required_to_save: Bytes buffered before a save.
+        preallocate_segments: Preallocate segment files.
+        options: Further options, sent verbatim as strings.
+    """
+
+    compression_algorithm: str
+    message_expiry: Expiry
+    max_topic_size: TopicSize
+    segment_size: int
+    durability: str
+    consumer_offset_durability: str
+    messages_required_to_save: int
+    size_of_messages_required_to_save: int
+    preallocate_segments: bool
+    options: Mapping[str, str]
+
+
+def _wall_clock_us() -> int:
+    return time.time_ns() // 1000
+
+
+class _Connection:
+    """One TCP stream to one node and the decoder of what it sends."""
+
+    __slots__ = ("decoder", "stream")
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.decoder = FrameDecoder()
+
+    async def receive_frame(self, address: NodeAddress) -> Frame:
+        while True:
+            frame = self.decoder.next_frame()
+            if frame is not NEED_MORE_BYTES:
+                return frame
+            data = await self.stream.receive_some(RECEIVE_BYTES_MAX)
+            if not data:
+                raise ConnectionLost(address, "closed by the node")
+            self.decoder.feed(data)
+
+    def abort(self) -> None:
+        # Synchronous on purpose: it also runs when the task is being cancelled.
+        self.stream.socket.close()
+
+
+class AsyncClient:
+    """A trio client of a viewstream (Apache Iggy 0.9) cluster.
+
+    Calls log in on their own when the configuration has credentials, go to the primary
+    of the group they write to, and retry transient failures (timeouts, dropped
+    connections, node failover, ``TransientNotAccepted``) until the retry deadline,
+    re-sending a write under the same request number so the cluster applies it at most
+    once. Failures raise :class:`~sdk.errors.IggyError` subclasses.
+
+    Args:
+        config: Settings (``ClientConfig()`` dials ``127.0.0.1:8090`` without credentials).
+        rng: Randomness for ids and jitter (default: the OS's).
+
+    Example::
+
+        async with AsyncClient.from_connection_string("iggy://iggy:iggy@127.0.0.1:8090") as c:
+            await c.ping()
+    """
+
+    def __init__(self, config: ClientConfig | None = None, *, rng: random.Random | None = None):
+        self._rng = rng if rng is not None else random.SystemRandom()
+        self._core = ClientCore(
+            config or ClientConfig(),
+            rng=self._rng,
+            clock=trio.current_time,
+            wall_clock_us=_wall_clock_us,
+        )
+        self._connections: dict[NodeAddress, _Connection] = {}
+        self._lock = trio.Lock()
+        self._closed = False
+
+    @classmethod
+    def from_connection_string(cls, connection_string: str, **settings: object) -> AsyncClient:
+        """A client for ``iggy://user:password@host:port[?options]``.
+
+        Args:
+            connection_string: See :func:`sdk.connection_string.parse_connection_string`.
+            **settings: :class:`ClientConfig` fields to override.
+        """
+        config = parse_connection_string(connection_string)
+        return cls(config.replace(**settings) if settings else config)
+
+    @property
+    def config(self) -> ClientConfig:
+        """The client's settings."""
+        return self._core.config
+
+    @property
+    def client_id(self) -> int:
+        """The 128-bit client id (0 until the first request)."""
+        return self._core.session.client_id
+
+    @property
+    def session(self) -> int:
+        """The session number (0 when not logged in)."""
+        return self._core.session.session
+
+    def new_session(self) -> AsyncClient:
+        """Another client with the same settings, credentials and known roster, and its
+        own session and connections (a session is lock-step, so concurrency needs more
+        than one)."""
+        other = AsyncClient(self._core.config, rng=self._rng)
+        other._core = self._core.fork(self._rng)
+        return other
+
+    # --- the driver --------------------------------------------------------------------
+
+    async def _run(self, step: Step[_T]) -> _T:
+        async with self._lock:
+            if self._closed:
+                step.close()
+                raise ClientClosed
+            return await self._drive(step)
+
+    async def _drive(self, step: Step[_T]) -> _T:
+        reply: Frame | None = None
+        failure: Exception | None = None
+        try:
+            while True:
+                try:
+                    action = step.send(reply) if failure is None else step.throw(failure)
+                except StopIteration as stop:
+                    result: _T = stop.value
+                    return result
+                reply, failure = None, None
+                if isinstance(action, Exchange):
+                    try:
+                        reply = await self._exchange(action)
+                    except (ConnectFailed, ConnectionLost, ExchangeTimedOut) as error:
+                        failure = error
+                elif isinstance(action, Sleep):
+                    await trio.sleep(action.seconds)
+                else:
+                    assert isinstance(action, Disconnect)
+                    self._drop(action.address)
+        finally:
+            step.close()
+
+    async def _exchange(self, action: Exchange) -> Frame:
+        address = action.address
+        try:
+            with trio.fail_after(action.timeout_s):
+                connection = self._connections.get(address)
+                if connection is None:
+                    connection = await self._dial(address, action.connect_timeout_s)
+                await connection.stream.send_all(action.frame)
+                return await connection.receive_frame(address)
+        except ConnectFailed:
+            raise
+        except trio.TooSlowError:
+            self._drop(address)
+            raise ExchangeTimedOut(address, f"no reply within {action.timeout_s:.3f}s") from None
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as error:
+            self._drop(address)
+            raise ConnectionLost(address, str(error) or type(error).__name__) from None
+        except ProtocolError as error:
+            self._drop(address)
+            raise ConnectionLost(address, f"undecodable bytes: {error.reason}") from None
+        except ConnectionLost:
+            self._drop(address)
+            raise
+        except BaseException:
+            # Cancelled mid-exchange: the reply may still arrive on this stream.
+            self._drop(address)
+            raise
+
+    async def _dial(self, address: NodeAddress, timeout_s: float) -> _Connection:
+        try:
+            with trio.fail_after(timeout_s):
+                stream = await trio.open_tcp_stream(address.host, address.port)
+        except (OSError, trio.TooSlowError) as error:
+            raise ConnectFailed(address, str(error) or type(error).__name__) from None
+        stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, int(self.config.nodelay))
+        connection = _Connection(stream)
+        self._connections[address] = connection
+        return connection
+
+    def _drop(self, address: NodeAddress) -> None:
+        connection = self._connections.pop(address, None)
+        if connection is not None:
+            connection.abort()
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Reach a node (ping it) and, if the settings hold credentials, log in."""
+        await self._run(self._core.ping())
+        if self._core.has_credentials and not self._core.session.logged_in:
+            credentials = (self.config.username, self.config.password)
+            assert credentials[0] is not None and credentials[1] is not None
+            await self._run(self._core.login(credentials[0], credentials[1]))
+
+    async def close(self) -> None:
+        """Log out (best effort, bounded) and close every connection. Idempotent."""
+        if self._closed:
+            return
+        with trio.CancelScope(shield=True):
+            if self._core.session.logged_in:
+                with trio.move_on_after(min(CLOSE_TIMEOUT_S, self.config.request_timeout_s)):
+                    with suppress(Exception):
+                        await self._run(self._core.logout())
+            self._closed = True
+            for address in list(self._connections):
+                self._drop(address)
+
+    async def __aenter__(self) -> AsyncClient:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # --- session and system ------------------------------------------------------------
+
+    async def login_user(self, username: str, password: str) -> LoginRegisterReply:
+        """Log in: register a session for this client id, then learn the roster.
+
+        Returns:
+            The server's answer (user id, session, server version).
+
+        Raises:
+            InvalidCredentials: wrong username or password.
+            IncompatibleProtocol: the server does not speak protocol 0.11.
+        """
+        return await self._run(self._core.login(username, password))
+
+    async def logout_user(self) -> None:
+        """Log out; the client id, request counter and credentials are forgotten."""
+        await self._run(self._core.logout())
+
+    async def ping(self) -> None:
+        """Round trip to a node (works before login)."""
+        await self._run(self._core.ping())
+
+    async def get_me(self) -> ClientInfoDetails:
+        """This connection's client as the node sees it."""
+        return await self._run(self._core.get_me())
+
+    async def get_cluster_metadata(self) -> ClusterMetadata:
+        """The cluster's roster and metadata leader (the client adopts it)."""
+        return await self._run(self._core.get_cluster_metadata())
+
+    async def get_stats(self) -> Stats:
+        """Server statistics."""
+        return await self._run(self._core.get_stats())
+
+    # --- streams -------------------------------------------------------------------------
+
+    async def create_stream(
+        self, name: str, *, options: Mapping[str, str] | None = None
+    ) -> StreamDetails:
+        """Create a stream.
+
+        Raises:
+            StreamAlreadyExists: the name is taken.
+        """
+        return await self._run(self._core.create_stream(name, string_options(options)))
+
+    async def get_stream(self, stream: IdLike) -> StreamDetails | None:
+        """A stream with its topics, or ``None``."""
+        return await self._run(self._core.get_stream(stream))
+
+    async def get_streams(self) -> list[StreamInfo]:
+        """Every stream."""
+        return await self._run(self._core.get_streams())
+
+    async def update_stream(
+        self, stream: IdLike, name: str, *, options: Mapping[str, str] | None = None
+    ) -> None:
+        """Rename a stream and patch its options."""
+        await self._run(self._core.update_stream(stream, name, string_options(options)))
+
+    async def delete_stream(self, stream: IdLike) -> None:
+        """Delete a stream and everything in it."""
+        await self._run(self._core.delete_stream(stream))
+
+    async def purge_stream(self, stream: IdLike) -> None:
+        """Delete every message of a stream's topics."""
+        await self._run(self._core.purge_stream(stream))
+
+    # --- topics ----------------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        stream: IdLike,
+        name: str,
+        partitions_count: int = 1,
+        **settings: Unpack[TopicSettings],
+    ) -> TopicDetails:
+        """Create a topic with ``partitions_count`` partitions.
+
+        Args:
+            stream: The stream.
+            name: The topic's name.
+            partitions_count: Partitions to create (1..1000).
+            **settings: See :class:`TopicSettings`.
+
+        Raises:
+            TopicAlreadyExists: the name is taken in this stream.
+        """
+        options = topic_options(create=True, **settings)
+        return await self._run(self._core.create_topic(stream, name, partitions_count, options))
+
+    async def get_topic(self, stream: IdLike, topic: IdLike) -> TopicDetails | None:
+        """A topic with its partitions, or ``None``."""
+        return await self._run(self._core.get_topic(stream, topic))
+
+    async def get_topics(self, stream: IdLike) -> list[TopicInfo]:
+        """Every topic of a stream."""
+        return await self._run(self._core.get_topics(stream))
+
+    async def update_topic(
+        self, stream: IdLike, topic: IdLike, name: str, **settings: Unpack[TopicSettings]
+    ) -> None:
+        """Rename a topic and patch the settings given (see :class:`TopicSettings`)."""
+        options = topic_options(create=False, **settings)
+        await self._run(self._core.update_topic(stream, topic, name, options))
+
+    async def delete_topic(self, stream: IdLike, topic: IdLike) -> None:
+        """Delete a topic."""
+        await self._run(self._core.delete_topic(stream, topic))
+
+    async def purge_topic(self, stream: IdLike, topic: IdLike) -> None:
+        """Delete every message of a topic."""
+        await self._run(self._core.purge_topic(stream, topic))
+
+    # --- partitions --------------------------------------------------------------------------
+
+    async def create_partitions(self, stream: IdLike, topic: IdLike, partitions_count: int) -> None:
+        """Add ``partitions_count`` partitions to a topic."""
+        await self._run(self._core.create_partitions(stream, topic, partitions_count))
+
+    async def delete_partitions(self, stream: IdLike, topic: IdLike, partitions_count: int) -> None:
+        """Remove the last ``partitions_count`` partitions of a topic."""
+        await self._run(self._core.delete_partitions(stream, topic, partitions_count))
+
+    async def get_partitions(self, stream: IdLike, topic: IdLike) -> list[PartitionInfo]:
+        """A topic's partitions.
+
+        Raises:
+            TopicNotFound: no such topic.
+        """
+        return await self._run(self._core.get_partitions(stream, topic))
+
+    async def get_partition(
+        self, stream: IdLike, topic: IdLike, partition_id: int
+    ) -> PartitionInfo | None:
+        """One partition of a topic, or ``None``."""
+        return await self._run(self._core.get_partition(stream, topic, partition_id))
+
+    # --- messages ----------------------------------------------------------------------------
+
+    async def send_messages(
+        self,
+        stream: IdLike,
+        topic: IdLike,
+        messages: Iterable[MessageLike],
+        partitioning: PartitioningLike = _BALANCED,
+    ) -> list[SendConfirmation]:
+        """Append messages to one partition, exactly once across the SDK's retries.
+
+        Args:
+            stream: The stream.
+            topic: The topic.
+            messages: :class:`~sdk.types.Message` values, or payloads.
+            partitioning: ``Partitioning.balanced()`` (client-side round robin),
+                ``Partitioning.partition_id(n)`` (or just ``n``), or
+                ``Partitioning.messages_key(k)`` (``xxh32(k) % partitions``).
+
+        Returns:
+            Where the batch landed (empty if the reply was lost but the send applied).
+
+        Raises:
+            RequestTimeout: the retry deadline passed; ``outcome_unknown`` says whether
+                the batch may have been applied.
+        """
+        return await self._run(self._core.send_messages(stream, topic, messages, partitioning))
+
+    async def poll_messages(
+        self,
+        stream: IdLike,
+        topic: IdLike,
+        *,
+        consumer: ConsumerRef,
+        polling_strategy: PollingStrategy,
+        count: int,
+        auto_commit: bool = False,
+        partition_id: int | None = None,
+    ) -> PolledMessages:
+        """Read messages.
+
+        Args:
+            stream: The stream.
+            topic: The topic.
+            consumer: ``ConsumerRef.single(id)`` or ``ConsumerRef.group(id)``.
+            polling_strategy: ``PollingStrategy.offset(n)``, ``.timestamp(us)``,
+                ``.first()``, ``.last()`` or ``.next()``.
+            count: Most messages to return.
+            auto_commit: Let the server store the offset of the last message returned.
+            partition_id: The partition; for a group member, ``None`` polls its assigned
+                partitions in turn.
+        """
+        return await self._run(
+            self._core.poll_messages(
+                stream,
+                topic,
+                consumer=consumer,
+                strategy=polling_strategy,
+                count=count,
+                auto_commit=auto_commit,
+                partition_id=partition_id,
+            )
+        )
+
+    # --- consumer offsets --------------------------------------------------------------------
+
+    async def get_consumer_offset(
+        self,
+        stream: IdLike,
+        topic: IdLike,
+        *,
+        consumer: ConsumerRef,
+        partition_id: int | None = None,
+    ) -> ConsumerOffsetInfo | None:
+        """The stored offset of a consumer on a partition, or ``None``."""
+        return await self._run(
+            self._core.get_consumer_offset(consumer, stream, topic, partition_id)
+        )
+
+    async def store_consumer_offset(
+        self,
+        stream: IdLike,
+        topic: IdLike,
+        offset: int,
+        *,
+        consumer: ConsumerRef,
+        partition_id: int | None = None,
+    ) -> None:
+        """Store a consumer's offset (the last offset it consumed) on a partition."""
+        await self._run(
+            self._core.store_consumer_offset(consumer, stream, topic, offset, partition_id)
+        )
+
+    async def delete_consumer_offset(
+        self,
+        stream: IdLike,
+        topic: IdLike,
+        *,
+        consumer: ConsumerRef,
+        partition_id: int | None = None,
+    ) -> None:
+        """Delete a consumer's stored offset on a partition."""
+        await self._run(self._core.delete_consumer_offset(consumer, stream, topic, partition_id))
+
+    # --- consumer groups ---------------------------------------------------------------------
+
+    async def create_consumer_group(
+        self, stream: IdLike, topic: IdLike, name: str
+    ) -> ConsumerGroupDetails:
+        """Create a consumer group on a topic.
+
+        Raises:
+            ConsumerGroupAlreadyExists: the name is taken on this topic.
+        """
+        return await self._run(self._core.create_consumer_group(stream, topic, name))
+
+    async def get_consumer_group(
+        self, stream: IdLike, topic: IdLike, group: IdLike
+    ) -> ConsumerGroupDetails | None:
+        """A consumer group with its members, or ``None``."""
+        return await self._run(self._core.get_consumer_group(stream, topic, group))
+
+    async def get_consumer_groups(self, stream: IdLike, topic: IdLike) -> list[ConsumerGroupInfo]:
+        """Every consumer group of a topic."""
+        return await self._run(self._core.get_consumer_groups(stream, topic))
+
+    async def delete_consumer_group(self, stream: IdLike, topic: IdLike, group: IdLike) -> None:
+        """Delete a consumer group."""
+        await self._run(self._core.delete_consumer_group(stream, topic, group))
+
+    async def join_consumer_group(self, stream: IdLike, topic: IdLike, group: IdLike) -> None:
+        """Make this session a member of the group (membership ends at logout)."""
+        await self._run(self._core.join_consumer_group(stream, topic, group))
+
+    async def leave_consumer_group(self, stream: IdLike, topic: IdLike, group: IdLike) -> None:
+        """Stop being a member of the group."""
+        await self._run(self._core.leave_consumer_group(stream, topic, group))
+
+    async def sync_consumer_group(
+        self, stream: IdLike, topic: IdLike, group: IdLike
+    ) -> ConsumerGroupAssignment | None:
+        """This member's partitions and the group generation (``None``: not a member)."""
+        return await self._run(self._core.sync_consumer_group(stream, topic, group))
+
+    # --- high-level ----------------------------------------------------------------------------
+
+    def producer(
+        self, stream: IdLike, topic: IdLike, **settings: Unpack[ProducerSettings]
+    ) -> AbstractAsyncContextManager[AsyncProducer]:
+        """A batching producer (``async with client.producer(...) as producer:``).
+
+        See :class:`sdk.producer.ProducerSettings` for the settings.
+        """
+        from sdk.producer import open_async_producer
+
+        return open_async_producer(self, stream, topic, **settings)
+
+    def consumer(
+        self, stream: IdLike, topic: IdLike, **settings: Unpack[ConsumerSettings]
+    ) -> AsyncConsumer:
+        """A consumer (``async with client.consumer(...) as consumer: async for m in
+        consumer``). See :class:`sdk.consumer.ConsumerSettings` for the settings."""
+        from sdk.consumer import AsyncConsumer
+
+        return AsyncConsumer(self, stream, topic, **settings)

@@ -1,0 +1,235 @@
+"""The trio client against the fake cluster over real loopback TCP."""
+
+from __future__ import annotations
+
+import socket
+from datetime import timedelta
+
+import pytest
+import trio
+
+from sdk import AsyncClient, ConsumerRef, Message, Partitioning, PollingStrategy
+from sdk.errors import (
+    ClientClosed,
+    ConnectionFailed,
+    InvalidCredentials,
+    StreamAlreadyExists,
+    TopicNotFound,
+)
+from sdk.wire import CommandCode
+from tests.sdk.conftest import run_trio, url
+from tests.sdk.fake_server import FakeCluster
+
+
+def test_trio_client_every_call_round_trips(fake: FakeCluster) -> None:
+    async def body() -> None:
+        async with AsyncClient.from_connection_string(url(fake)) as client:
+            await client.ping()
+            assert client.session != 0 and client.client_id != 0
+            assert (await client.get_me()).user_id == 1
+            assert len((await client.get_cluster_metadata()).nodes) == 1
+            stream = await client.create_stream("orders", options={"retention": "7d"})
+            assert stream.stream.name == "orders"
+            with pytest.raises(StreamAlreadyExists):
+                await client.create_stream("orders")
+            await client.update_stream("orders", "orders2")
+            assert (await client.get_stream("orders2")) is not None
+            assert [s.name for s in await client.get_streams()] == ["orders2"]
+            topic = await client.create_topic(
+                "orders2",
+                "events",
+                2,
+                message_expiry=timedelta(hours=1),
+                max_topic_size="unlimited",
+            )
+            assert topic.topic.partitions_count == 2
+            await client.update_topic("orders2", "events", "events", compression_algorithm="gzip")
+            assert [t.name for t in await client.get_topics("orders2")] == ["events"]
+            await client.create_partitions("orders2", "events", 2)
+            await client.delete_partitions("orders2", "events", 1)
+            assert len(await client.get_partitions("orders2", "events")) == 3
+            assert (await client.get_partition("orders2", "events", 2)) is not None
+            assert (await client.get_partition("orders2", "events", 7)) is None
+
+            sent = await client.send_messages(
+                "orders2", "events", [Message(b"a", headers={"k": "v"}), b"b", "c"], 1
+            )
+            assert sent[0].partition_id == 1 and sent[0].base_offset == 0
+            await client.send_messages("orders2", "events", [b"d"], Partitioning.balanced())
+            await client.send_messages("orders2", "events", [b"e"], Partitioning.messages_key("k"))
+            me = ConsumerRef.single(7)
+            polled = await client.poll_messages(
+                "orders2",
+                "events",
+                consumer=me,
+                polling_strategy=PollingStrategy.first(),
+                count=10,
+                partition_id=1,
+            )
+            assert [m.payload for m in polled.messages][:3] == [b"a", b"b", b"c"]
+            assert polled.messages[0].headers == {"k": "v"}
+            await client.store_consumer_offset("orders2", "events", 1, consumer=me, partition_id=1)
+            offset = await client.get_consumer_offset(
+                "orders2", "events", consumer=me, partition_id=1
+            )
+            assert offset is not None and offset.stored_offset == 1
+            polled = await client.poll_messages(
+                "orders2",
+                "events",
+                consumer=me,
+                polling_strategy=PollingStrategy.next(),
+                count=10,
+                partition_id=1,
+            )
+            assert [m.offset for m in polled.messages][:1] == [2]
+            await client.delete_consumer_offset("orders2", "events", consumer=me, partition_id=1)
+            assert (
+                await client.get_consumer_offset("orders2", "events", consumer=me, partition_id=1)
+                is None
+            )
+
+            group = await client.create_consumer_group("orders2", "events", "workers")
+            assert group.group.name == "workers"
+            await client.join_consumer_group("orders2", "events", "workers")
+            assignment = await client.sync_consumer_group("orders2", "events", "workers")
+            assert assignment is not None and sorted(assignment.partitions) == [0, 1, 2]
+            details = await client.get_consumer_group("orders2", "events", "workers")
+            assert details is not None and details.group.members_count == 1
+            assert [g.name for g in await client.get_consumer_groups("orders2", "events")] == [
+                "workers"
+            ]
+            polled = await client.poll_messages(
+                "orders2",
+                "events",
+                consumer=ConsumerRef.group("workers"),
+                polling_strategy=PollingStrategy.next(),
+                count=10,
+            )
+            assert polled.partition_id in (0, 1, 2)
+            await client.leave_consumer_group("orders2", "events", "workers")
+            await client.delete_consumer_group("orders2", "events", "workers")
+            stats = await client.get_stats()
+            assert stats.messages_count == 5 and stats.streams_count == 1
+            await client.purge_topic("orders2", "events")
+            await client.purge_stream("orders2")
+            await client.delete_topic("orders2", "events")
+            with pytest.raises(TopicNotFound):
+                await client.get_partitions("orders2", "events")
+            await client.delete_stream("orders2")
+        assert not fake.clients, "closing the client logged out"
+
+    run_trio(body)
+
+
+def test_trio_client_sets_tcp_nodelay(fake: FakeCluster) -> None:
+    async def body() -> None:
+        async with AsyncClient.from_connection_string(url(fake)) as client:
+            (connection,) = client._connections.values()
+            assert connection.stream.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+
+    run_trio(body)
+
+
+def test_trio_client_retries_a_read_whose_reply_never_came(fake: FakeCluster) -> None:
+    async def body() -> None:
+        async with AsyncClient.from_connection_string(url(fake)) as client:
+            fake.add_fault("drop_reply", code=CommandCode.GET_STREAMS, times=2)
+            assert await client.get_streams() == []
+            assert len(fake.requests_of(CommandCode.GET_STREAMS)) == 3
+
+    run_trio(body)
+
+
+def test_cancelling_a_call_closes_its_connection_and_the_next_call_redials(
+    fake: FakeCluster,
+) -> None:
+    async def body() -> None:
+        async with AsyncClient.from_connection_string(url(fake)) as client:
+            fake.add_fault("delay", code=CommandCode.GET_STATS, delay_s=0.5)
+            with trio.move_on_after(0.1):
+                await client.get_stats()
+            assert client._connections == {}
+            await client.ping()
+            assert len(client._connections) == 1
+
+    run_trio(body)
+
+
+def test_trio_client_fails_over_when_the_node_it_uses_dies(fake3: FakeCluster) -> None:
+    async def body() -> None:
+        async with AsyncClient.from_connection_string(url(fake3)) as client:
+            await client.create_stream("s")
+            fake3.kill(0)  # the metadata primary
+            fake3.view_change(0)  # node 1 leads now
+            await client.create_stream("t")
+            assert client._core.cluster.metadata_primary.port == fake3.nodes[1].port
+            assert {s.name for s in await client.get_streams()} == {"s", "t"}
+
+    run_trio(body)
+
+
+def test_trio_client_reconnects_to_a_revived_node(fake: FakeCluster) -> None:
+    async def body() -> None:
+        async with AsyncClient.from_connection_string(url(fake, retry_deadline="5s")) as client:
+            await client.ping()
+            fake.kill(0)
+
+            async def revive_soon() -> None:
+                await trio.sleep(0.3)
+                fake.revive(0)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(revive_soon)
+                await client.get_streams()
+
+    run_trio(body)
+
+
+def test_unreachable_cluster_raises_connection_failed_within_the_deadline() -> None:
+    async def body() -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        client = AsyncClient.from_connection_string(
+            f"iggy://iggy:iggy@127.0.0.1:{port}?retry_deadline=500ms&reconnection_interval=10ms"
+        )
+        start = trio.current_time()
+        with pytest.raises(ConnectionFailed):
+            await client.ping()
+        assert trio.current_time() - start < 5
+
+    run_trio(body)
+
+
+def test_wrong_password_raises_invalid_credentials(fake: FakeCluster) -> None:
+    async def body() -> None:
+        client = AsyncClient.from_connection_string(url(fake).replace("iggy:iggy", "iggy:nope"))
+        with pytest.raises(InvalidCredentials):
+            await client.connect()
+        await client.close()
+
+    run_trio(body)
+
+
+def test_a_closed_client_refuses_calls(fake: FakeCluster) -> None:
+    async def body() -> None:
+        client = AsyncClient.from_connection_string(url(fake))
+        await client.connect()
+        await client.close()
+        await client.close()
+        with pytest.raises(ClientClosed):
+            await client.ping()
+
+    run_trio(body)
+
+
+def test_new_sessions_are_independent_and_reuse_the_credentials(fake: FakeCluster) -> None:
+    async def body() -> None:
+        async with AsyncClient.from_connection_string(url(fake)) as client:
+            other = client.new_session()
+            await other.get_streams()
+            assert other.client_id != client.client_id
+            assert other.session not in (0, client.session)
+            await other.close()
+
+    run_trio(body)
