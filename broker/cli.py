@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
 from broker import __version__
@@ -37,3 +40,360 @@ def main(
 def version() -> None:
     """Print the version."""
     typer.echo(f"viewstream {__version__}")
+
+
+def _split(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+@app.command()
+def serve(
+    address: Annotated[
+        str | None,
+        typer.Option("--address", help="Client listener HOST:PORT (default 127.0.0.1:8090)."),
+    ] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="Data directory (default ./local_data).")
+    ] = None,
+    config_file: Annotated[
+        Path | None, typer.Option("--config", help="A TOML config file.")
+    ] = None,
+    no_sync: Annotated[
+        bool,
+        typer.Option("--no-sync", help="Never fsync (throwaway runs: a power loss loses data)."),
+    ] = False,
+    replica: Annotated[
+        int | None, typer.Option("--replica", help="This node's replica index.")
+    ] = None,
+    replicas: Annotated[
+        str | None,
+        typer.Option("--replicas", help="Replica-bus HOST:PORT of every node, comma-separated."),
+    ] = None,
+    client_addresses: Annotated[
+        str | None,
+        typer.Option(
+            "--client-addresses",
+            help="Client HOST:PORT of every node, comma-separated (advertised to clients).",
+        ),
+    ] = None,
+    log_level: Annotated[
+        str | None, typer.Option("--log-level", help="debug|info|warning|error")
+    ] = None,
+) -> None:
+    """Run one node in the foreground until Ctrl-C (SIGINT) or SIGTERM.
+
+    With no options: a one-node cluster on 127.0.0.1:8090 with its data in ./local_data.
+    The cluster secret and the root password come from the config file or from
+    VIEWSTREAM_CLUSTER_SECRET and VIEWSTREAM_ROOT_PASSWORD.
+    """
+    from broker.runtime.config import ConfigError, load_config
+    from broker.runtime.serve import run_node
+
+    try:
+        config = load_config(
+            address=address,
+            data_dir=data_dir,
+            config_file=config_file,
+            no_sync=True if no_sync else None,
+            replica=replica,
+            replicas=_split(replicas),
+            client_addresses=_split(client_addresses),
+            log_level=log_level,
+        )
+    except ConfigError as error:
+        typer.echo(str(error), err=True)
+        raise typer.Exit(2) from None
+    run_node(config)
+
+
+cluster_app = typer.Typer(help="A local cluster on loopback ports.", no_args_is_help=True)
+app.add_typer(cluster_app, name="cluster")
+
+_CLUSTER_DIR = Path("local_cluster")
+
+
+@cluster_app.command("up")
+def cluster_up(
+    nodes: Annotated[int, typer.Option("--nodes", help="Nodes: 1, 3 or 5.")] = 3,
+    folder: Annotated[
+        Path, typer.Option("--dir", help="Folder for data dirs, logs and the roster.")
+    ] = _CLUSTER_DIR,
+    base_port: Annotated[
+        int, typer.Option("--base-port", help="Client port of node 0; node i uses +i.")
+    ] = 8090,
+    bus_base_port: Annotated[
+        int, typer.Option("--bus-base-port", help="Replica-bus port of node 0; node i uses +i.")
+    ] = 9090,
+    no_sync: Annotated[bool, typer.Option("--no-sync", help="Never fsync.")] = False,
+    detach: Annotated[bool, typer.Option("--detach", help="Return once the nodes listen.")] = False,
+) -> None:
+    """Start a local cluster; Ctrl-C (or `viewstream cluster down`) stops it.
+
+    The root password comes from VIEWSTREAM_ROOT_PASSWORD; otherwise one is generated on
+    the first start and printed once.
+    """
+    from broker.runtime.cluster import ClusterLayout
+    from broker.runtime.cluster import cluster_up as run_up
+
+    if nodes not in (1, 3, 5):
+        typer.echo("a cluster has 1, 3 or 5 nodes", err=True)
+        raise typer.Exit(2)
+    layout = ClusterLayout(folder, nodes, base_port, bus_base_port)
+    raise typer.Exit(run_up(layout, root_password=None, no_sync=no_sync, detach=detach))
+
+
+@cluster_app.command("down")
+def cluster_down(
+    folder: Annotated[
+        Path, typer.Option("--dir", help="The folder `cluster up` used.")
+    ] = _CLUSTER_DIR,
+) -> None:
+    """Stop the local cluster started from FOLDER (a graceful SIGTERM to each node)."""
+    from broker.runtime.cluster import cluster_down as run_down
+
+    raise typer.Exit(run_down(folder))
+
+
+# -- client-side admin commands ---------------------------------------------------------------
+
+AddressOption = Annotated[
+    str,
+    typer.Option("--address", envvar="VIEWSTREAM_SERVER", help="The node to talk to."),
+]
+UsernameOption = Annotated[
+    str, typer.Option("--username", envvar="VIEWSTREAM_USERNAME", help="User to log in as.")
+]
+PasswordOption = Annotated[
+    str | None,
+    typer.Option(
+        "--password",
+        envvar=["VIEWSTREAM_PASSWORD", "VIEWSTREAM_ROOT_PASSWORD"],
+        help="Password (prompted for when not given).",
+    ),
+]
+
+
+def _target(address: str, username: str, password: str | None) -> object:
+    from broker.runtime.admin import Target
+
+    if password is None:
+        password = typer.prompt(f"password for {username}", hide_input=True)
+    return Target(address, username, password)
+
+
+def _run_admin(action: str, function: object, *args: object, **kwargs: object) -> None:
+    """Run one admin call; print its text, or the server's refusal, and exit non-zero."""
+    from sdk.wire import ProtocolError, ServerRejected, SessionEvicted
+
+    assert callable(function)
+    try:
+        typer.echo(function(*args, **kwargs))
+    except ServerRejected as rejected:
+        typer.echo(f"{action}: the server refused: {rejected}", err=True)
+        raise typer.Exit(1) from None
+    except SessionEvicted as evicted:
+        typer.echo(f"{action}: {evicted}", err=True)
+        raise typer.Exit(1) from None
+    except (OSError, ProtocolError) as error:
+        typer.echo(f"{action}: {error}", err=True)
+        raise typer.Exit(1) from None
+
+
+stream_app = typer.Typer(help="Create, list and delete streams.", no_args_is_help=True)
+topic_app = typer.Typer(help="Create, list and delete topics.", no_args_is_help=True)
+app.add_typer(stream_app, name="stream")
+app.add_typer(topic_app, name="topic")
+
+_DEFAULT_SERVER = "127.0.0.1:8090"
+
+
+@stream_app.command("create")
+def stream_create(
+    name: str,
+    address: AddressOption = _DEFAULT_SERVER,
+    username: UsernameOption = "iggy",
+    password: PasswordOption = None,
+) -> None:
+    """Create stream NAME."""
+    from broker.runtime import admin
+
+    _run_admin("stream create", admin.stream_create, _target(address, username, password), name)
+
+
+@stream_app.command("list")
+def stream_list(
+    address: AddressOption = _DEFAULT_SERVER,
+    username: UsernameOption = "iggy",
+    password: PasswordOption = None,
+) -> None:
+    """List the streams."""
+    from broker.runtime import admin
+
+    _run_admin("stream list", admin.stream_list, _target(address, username, password))
+
+
+@stream_app.command("delete")
+def stream_delete(
+    stream: str,
+    address: AddressOption = _DEFAULT_SERVER,
+    username: UsernameOption = "iggy",
+    password: PasswordOption = None,
+) -> None:
+    """Delete STREAM (a name or a numeric id) with its topics and messages."""
+    from broker.runtime import admin
+
+    _run_admin("stream delete", admin.stream_delete, _target(address, username, password), stream)
+
+
+@topic_app.command("create")
+def topic_create(
+    stream: str,
+    name: str,
+    partitions: Annotated[int, typer.Option("--partitions", help="Partition count.")] = 1,
+    durability: Annotated[
+        str, typer.Option("--durability", help="replicated (default) or persisted.")
+    ] = "replicated",
+    address: AddressOption = _DEFAULT_SERVER,
+    username: UsernameOption = "iggy",
+    password: PasswordOption = None,
+) -> None:
+    """Create topic NAME in STREAM."""
+    from broker.runtime import admin
+
+    _run_admin(
+        "topic create",
+        admin.topic_create,
+        _target(address, username, password),
+        stream,
+        name,
+        partitions,
+        durability,
+    )
+
+
+@topic_app.command("list")
+def topic_list(
+    stream: str,
+    address: AddressOption = _DEFAULT_SERVER,
+    username: UsernameOption = "iggy",
+    password: PasswordOption = None,
+) -> None:
+    """List the topics of STREAM."""
+    from broker.runtime import admin
+
+    _run_admin("topic list", admin.topic_list, _target(address, username, password), stream)
+
+
+@topic_app.command("delete")
+def topic_delete(
+    stream: str,
+    topic: str,
+    address: AddressOption = _DEFAULT_SERVER,
+    username: UsernameOption = "iggy",
+    password: PasswordOption = None,
+) -> None:
+    """Delete TOPIC of STREAM with its messages."""
+    from broker.runtime import admin
+
+    _run_admin(
+        "topic delete", admin.topic_delete, _target(address, username, password), stream, topic
+    )
+
+
+@app.command()
+def send(
+    stream: str,
+    topic: str,
+    messages: list[str],
+    partition: Annotated[
+        int | None, typer.Option("--partition", help="Send to this partition.")
+    ] = None,
+    key: Annotated[
+        str | None, typer.Option("--key", help="Route by this key (same key, same partition).")
+    ] = None,
+    address: AddressOption = _DEFAULT_SERVER,
+    username: UsernameOption = "iggy",
+    password: PasswordOption = None,
+) -> None:
+    """Send MESSAGES (one batch) to TOPIC of STREAM; balanced over partitions by default."""
+    from broker.runtime import admin
+
+    _run_admin(
+        "send",
+        admin.send,
+        _target(address, username, password),
+        stream,
+        topic,
+        messages,
+        partition=partition,
+        key=key,
+    )
+
+
+@app.command()
+def poll(
+    stream: str,
+    topic: str,
+    partition: Annotated[int, typer.Option("--partition", help="Partition to read.")] = 0,
+    offset: Annotated[int | None, typer.Option("--offset", help="Start at this offset.")] = None,
+    last: Annotated[bool, typer.Option("--last", help="The newest COUNT messages.")] = False,
+    next_: Annotated[
+        bool, typer.Option("--next", help="After the consumer's stored offset (auto-commit).")
+    ] = False,
+    count: Annotated[int, typer.Option("--count", help="Messages at most.")] = 100,
+    consumer: Annotated[str, typer.Option("--consumer", help="Consumer id or name.")] = "1",
+    address: AddressOption = _DEFAULT_SERVER,
+    username: UsernameOption = "iggy",
+    password: PasswordOption = None,
+) -> None:
+    """Read messages of TOPIC of STREAM (from the first one unless told otherwise)."""
+    from broker.runtime import admin
+    from sdk import wire
+
+    if offset is not None:
+        strategy = wire.PollingStrategy(wire.PollingKind.OFFSET, offset)
+    elif last:
+        strategy = wire.PollingStrategy(wire.PollingKind.LAST, 0)
+    elif next_:
+        strategy = wire.PollingStrategy(wire.PollingKind.NEXT, 0)
+    else:
+        strategy = wire.PollingStrategy(wire.PollingKind.FIRST, 0)
+    _run_admin(
+        "poll",
+        admin.poll,
+        _target(address, username, password),
+        stream,
+        topic,
+        partition=partition,
+        strategy=strategy,
+        count=count,
+        consumer=consumer,
+        auto_commit=next_,
+    )
+
+
+@cluster_app.command("status")
+def cluster_status(
+    address: AddressOption = _DEFAULT_SERVER,
+    username: UsernameOption = "iggy",
+    password: PasswordOption = None,
+) -> None:
+    """Show the nodes, which one leads the metadata plane, and which answer."""
+    from broker.runtime import admin
+
+    _run_admin("cluster status", admin.cluster_status, _target(address, username, password))
+
+
+@app.command()
+def stats(
+    as_json: Annotated[bool, typer.Option("--json", help="Everything, as JSON.")] = False,
+    address: AddressOption = _DEFAULT_SERVER,
+    username: UsernameOption = "iggy",
+    password: PasswordOption = None,
+) -> None:
+    """Server statistics (GET_STATS) and the per-group consensus counters."""
+    from broker.runtime import admin
+
+    _run_admin("stats", admin.stats, _target(address, username, password), as_json=as_json)

@@ -93,6 +93,11 @@ class Config(BaseSettings):
         description="Replica-bus addresses of every node, in replica order; empty means a "
         "cluster of one.",
     )
+    client_addresses: list[str] = Field(
+        default_factory=list,
+        description="Client listener HOST:PORT of every node, in replica order, as cluster "
+        "metadata advertises them to clients; empty means just `address`.",
+    )
     cluster_secret: SecretStr | None = Field(
         None,
         description="Shared secret that authenticates the replica bus (required for "
@@ -130,9 +135,20 @@ class Config(BaseSettings):
             raise ValueError("replica addresses must be distinct")
         return value
 
+    @field_validator("client_addresses")
+    @classmethod
+    def _check_client_addresses(cls, value: list[str]) -> list[str]:
+        for address in value:
+            parse_address(address)
+        return value
+
     @model_validator(mode="after")
     def _check_roster(self) -> Config:
         count = max(1, len(self.replicas))
+        if self.client_addresses and len(self.client_addresses) != count:
+            raise ValueError(
+                f"client_addresses lists {len(self.client_addresses)} nodes, replicas {count}"
+            )
         if self.replica >= count:
             raise ValueError(f"replica {self.replica} is outside the roster of {count}")
         if count > 1 and self.cluster_secret is None:

@@ -1,0 +1,461 @@
+"""The replica bus: one authenticated TCP connection per pair of nodes, carrying every group.
+
+Purpose: move consensus messages between the nodes of a cluster, and forward client
+requests that reached a node whose replica of the group is not the primary.
+
+Invariants:
+
+1. One connection per peer pair: the lower replica index dials, the higher accepts; a new
+   accepted connection from a peer replaces the old one. Every group shares it.
+2. Nothing is read from a peer before it proved it knows the cluster secret: the acceptor
+   sends a random challenge, the dialer answers with an HMAC-SHA256 over both nonces and
+   both indexes, and the acceptor proves itself back the same way (mutual, replay-proof
+   because both sides contribute a fresh nonce). A stranger is disconnected after the
+   handshake timeout or the first bad byte.
+3. Bounded: a bus frame is at most ``BUS_FRAME_SIZE_MAX``; a peer's outgoing queue holds
+   at most ``OUTGOING_BYTES_MAX`` (more is dropped: VSR retransmits, and a forwarded
+   request times out into a transient error); reconnects back off up to
+   ``RECONNECT_BACKOFF_MAX_S``.
+4. Sends are batched: a peer's writer task takes everything queued since its last write
+   and hands it to the kernel in one gathered ``sendmsg``.
+5. A forwarded request is answered exactly once: by the primary's outcome, or, if the
+   connection to the primary drops first, with ``TransientNotCommitted`` (its fate is
+   unknown).
+
+Wire format: after the handshake, frames of ``[size u32][kind u8][3 zero bytes]`` and
+``size`` payload bytes. Kind 1 carries one consensus frame (``consensus.messages``, with
+its own checksum), kind 2 a forwarded request, kind 3 its outcome.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import logging
+import os
+import random
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+import trio
+
+from broker.runtime.config import parse_address
+from broker.runtime.group import (
+    GroupHost,
+    Outcome,
+    Refused,
+    Replied,
+    SessionLost,
+    Submission,
+)
+from consensus import ClientError, Message, MessageError, Prepare, decode_message, encode_message
+from consensus.messages import MESSAGE_SIZE_MAX
+from sdk.wire import IggyErrorCode
+
+if TYPE_CHECKING:
+    from broker.runtime.node import Node
+
+log = logging.getLogger("viewstream.bus")
+
+NONCE_SIZE: Final = 32
+MAC_SIZE: Final = 32
+HANDSHAKE_TIMEOUT_S: Final = 5.0
+BUS_FRAME_SIZE_MAX: Final = MESSAGE_SIZE_MAX + 1024
+OUTGOING_BYTES_MAX: Final = 256 * 1024 * 1024
+RECONNECT_BACKOFF_MIN_S: Final = 0.05
+RECONNECT_BACKOFF_MAX_S: Final = 2.0
+RECEIVE_BYTES_MAX: Final = 1 << 20
+GROUP_WAIT_S: Final = 3.0
+"""How long a forwarded request for a group this node does not host yet waits for it."""
+IOVECS_MAX: Final = 512
+_MAGIC: Final = b"VSBUS\x00\x01\x00"
+
+_FRAME: Final = struct.Struct("<IB3x")  # payload size, kind
+_HELLO_DIAL: Final = struct.Struct(f"<B{NONCE_SIZE}s{MAC_SIZE}s")  # replica, nonce, mac
+# token, group, client id (u128), session, request, operation, timestamp
+_FORWARD: Final = struct.Struct("<QQ16sQQIQ")
+# token, kind, op, commit, view, status (or the session error)
+_FORWARD_REPLY: Final = struct.Struct("<QBQQQI")
+
+
+class FrameKind(enum.IntEnum):
+    MESSAGE = 1
+    FORWARD = 2
+    FORWARD_REPLY = 3
+
+
+class _ReplyKind(enum.IntEnum):
+    REPLIED = 1
+    REFUSED = 2
+    SESSION_LOST = 3
+
+
+_SESSION_ERRORS: Final = {ClientError.NO_SESSION: 1, ClientError.SESSION_EVICTED: 2}
+_SESSION_ERRORS_BY_CODE: Final = {code: error for error, code in _SESSION_ERRORS.items()}
+
+
+class BusError(Exception):
+    """A peer broke the bus protocol or failed authentication."""
+
+
+_LINK_ERRORS: Final = (BusError, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+"""What ends one peer link (and only it): the node redials or waits for a redial."""
+
+
+def _mac(secret: bytes, label: bytes, *parts: bytes) -> bytes:
+    return hmac.new(secret, label + b"".join(parts), hashlib.sha256).digest()
+
+
+@dataclass(eq=False)
+class Peer:
+    """One other node: its connection (if up), outgoing queue and forwarded requests."""
+
+    index: int
+    address: str
+    stream: trio.SocketStream | None = None
+    outgoing: deque[bytes] = field(default_factory=deque)
+    outgoing_bytes: int = 0
+    wake: trio.Event = field(default_factory=trio.Event)
+    forwarded: dict[int, Submission] = field(default_factory=dict)
+    connected: trio.Event = field(default_factory=trio.Event)
+    bytes_sent: int = 0
+    frames_dropped: int = 0
+
+
+class ReplicaBus:
+    """The bus of one node; see the module docstring."""
+
+    def __init__(self, node: Node) -> None:
+        config = node.config
+        assert config.cluster_secret is not None
+        self._node = node
+        self._secret = config.cluster_secret.get_secret_value().encode()
+        self.index = config.replica
+        self.peers = {
+            index: Peer(index, address)
+            for index, address in enumerate(config.replicas)
+            if index != self.index
+        }
+        self._token = 0
+        self._nursery: trio.Nursery | None = None
+        # A primary sends the same prepare to every backup: encode (and checksum) it once.
+        self._last_message: Message | None = None
+        self._last_frame = b""
+
+    # -- outbound (any task) ----------------------------------------------------------------
+
+    def send(self, replica: int, message: Message) -> int:
+        """Queue a consensus message for ``replica``; returns its size in bytes."""
+        if message is self._last_message:
+            frame = self._last_frame
+        else:
+            frame = encode_message(message, sender=self.index)
+            self._last_message, self._last_frame = message, frame
+        self._enqueue(self.peers[replica], FrameKind.MESSAGE, frame)
+        return len(frame)
+
+    def forward(self, host: GroupHost, submission: Submission) -> bool:
+        """Hand a request to the node whose replica is the group's primary."""
+        primary = host.primary_index
+        if primary is None or primary == self.index or submission.forwarded:
+            return False
+        peer = self.peers[primary]
+        if peer.stream is None:
+            return False
+        self._token += 1
+        token = self._token
+        header = _FORWARD.pack(
+            token,
+            host.group_id,
+            submission.client_id.to_bytes(16, "little"),
+            submission.session,
+            submission.request,
+            submission.operation,
+            submission.timestamp_us,
+        )
+        if not self._enqueue(peer, FrameKind.FORWARD, header + submission.body):
+            return False
+        peer.forwarded[token] = submission
+        submission.admitted = True  # its fate is out of our hands from here
+        self._node.counters.forwarded += 1
+        return True
+
+    def _enqueue(self, peer: Peer, kind: FrameKind, payload: bytes) -> bool:
+        if peer.stream is None:
+            peer.frames_dropped += 1
+            return False
+        if peer.outgoing_bytes + len(payload) > OUTGOING_BYTES_MAX:
+            peer.frames_dropped += 1
+            return False
+        peer.outgoing.append(_FRAME.pack(len(payload), kind))
+        peer.outgoing.append(payload)
+        peer.outgoing_bytes += _FRAME.size + len(payload)
+        peer.wake.set()
+        return True
+
+    # -- tasks ------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        host, port = parse_address(self._node.config.replicas[self.index])
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(trio.serve_listeners, self._accept, listeners)
+            for peer in self.peers.values():
+                if peer.index > self.index:
+                    nursery.start_soon(self._dial_forever, peer)
+            log.info("replica bus of replica %d on %s:%d", self.index, host, port)
+            task_status.started()
+
+    async def close(self) -> None:
+        for peer in self.peers.values():
+            if peer.stream is not None:
+                await trio.aclose_forcefully(peer.stream)
+
+    async def _dial_forever(self, peer: Peer) -> None:
+        backoff = RECONNECT_BACKOFF_MIN_S
+        host, port = parse_address(peer.address)
+        while True:
+            try:
+                stream = await trio.open_tcp_stream(host, port)
+            except OSError:
+                await trio.sleep(backoff * (1 + random.random()))
+                backoff = min(backoff * 2, RECONNECT_BACKOFF_MAX_S)
+                continue
+            try:
+                with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                    await self._handshake_dial(stream, peer)
+                backoff = RECONNECT_BACKOFF_MIN_S
+                await self._serve_peer(peer, stream)
+            except (BusError, OSError, trio.BrokenResourceError, trio.TooSlowError) as error:
+                log.info("bus link to replica %d: %s", peer.index, error)
+            finally:
+                await trio.aclose_forcefully(stream)
+            await trio.sleep(backoff * (1 + random.random()))
+            backoff = min(backoff * 2, RECONNECT_BACKOFF_MAX_S)
+
+    async def _accept(self, stream: trio.SocketStream) -> None:
+        try:
+            with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                peer = await self._handshake_accept(stream)
+            if peer.stream is not None:
+                # The peer redialed: the old link is dead to it, so it is dead to us.
+                await trio.aclose_forcefully(peer.stream)
+            await self._serve_peer(peer, stream)
+        except (BusError, OSError, trio.BrokenResourceError, trio.TooSlowError) as error:
+            log.info("bus connection refused or ended: %s", error)
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async def _handshake_accept(self, stream: trio.SocketStream) -> Peer:
+        nonce = os.urandom(NONCE_SIZE)
+        await stream.send_all(_MAGIC + nonce)
+        hello = await _receive_exactly(stream, _HELLO_DIAL.size)
+        replica, their_nonce, mac = _HELLO_DIAL.unpack(hello)
+        if replica not in self.peers or replica >= self.index:
+            raise BusError(f"a dialer claims to be replica {replica}")
+        expected = _mac(self._secret, b"dial", nonce, their_nonce, bytes([replica, self.index]))
+        if not hmac.compare_digest(mac, expected):
+            raise BusError("a dialer failed authentication")
+        await stream.send_all(
+            _mac(self._secret, b"accept", their_nonce, nonce, bytes([self.index, replica]))
+        )
+        return self.peers[replica]
+
+    async def _handshake_dial(self, stream: trio.SocketStream, peer: Peer) -> None:
+        challenge = await _receive_exactly(stream, len(_MAGIC) + NONCE_SIZE)
+        if challenge[: len(_MAGIC)] != _MAGIC:
+            raise BusError(f"replica {peer.index} does not speak the bus protocol")
+        their_nonce = challenge[len(_MAGIC) :]
+        nonce = os.urandom(NONCE_SIZE)
+        mac = _mac(self._secret, b"dial", their_nonce, nonce, bytes([self.index, peer.index]))
+        await stream.send_all(_HELLO_DIAL.pack(self.index, nonce, mac))
+        answer = await _receive_exactly(stream, MAC_SIZE)
+        expected = _mac(
+            self._secret, b"accept", nonce, their_nonce, bytes([peer.index, self.index])
+        )
+        if not hmac.compare_digest(answer, expected):
+            raise BusError(f"replica {peer.index} failed authentication")
+
+    async def _serve_peer(self, peer: Peer, stream: trio.SocketStream) -> None:
+        peer.stream = stream
+        peer.outgoing.clear()
+        peer.outgoing_bytes = 0
+        peer.connected.set()
+        log.info("bus link to replica %d is up", peer.index)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._write_until_broken, peer, stream, nursery.cancel_scope)
+                try:
+                    await self._read(peer, stream)
+                except _LINK_ERRORS as error:
+                    log.info("bus link to replica %d broke: %s", peer.index, error)
+                nursery.cancel_scope.cancel()
+        finally:
+            if peer.stream is stream:
+                peer.stream = None
+                peer.connected = trio.Event()
+                peer.outgoing.clear()
+                peer.outgoing_bytes = 0
+                for submission in peer.forwarded.values():
+                    submission.answer(Refused(IggyErrorCode.TRANSIENT_NOT_COMMITTED))
+                peer.forwarded.clear()
+
+    async def _write_until_broken(
+        self, peer: Peer, stream: trio.SocketStream, scope: trio.CancelScope
+    ) -> None:
+        try:
+            await self._write(peer, stream)
+        except _LINK_ERRORS as error:
+            log.info("bus link to replica %d broke: %s", peer.index, error)
+            scope.cancel()
+
+    async def _write(self, peer: Peer, stream: trio.SocketStream) -> None:
+        sock = stream.socket
+        while True:
+            await peer.wake.wait()
+            peer.wake = trio.Event()
+            pending = [memoryview(chunk) for chunk in peer.outgoing]
+            peer.outgoing.clear()
+            peer.outgoing_bytes = 0
+            while pending:
+                sent = await sock.sendmsg(pending[:IOVECS_MAX])
+                peer.bytes_sent += sent
+                while pending and sent >= pending[0].nbytes:
+                    sent -= pending[0].nbytes
+                    pending.pop(0)
+                if sent:
+                    pending[0] = pending[0][sent:]
+
+    async def _read(self, peer: Peer, stream: trio.SocketStream) -> None:
+        buffer = bytearray()
+        while True:
+            while len(buffer) < _FRAME.size:
+                data = await stream.receive_some(RECEIVE_BYTES_MAX)
+                if not data:
+                    return
+                buffer += data
+            size, kind = _FRAME.unpack_from(buffer, 0)
+            if size > BUS_FRAME_SIZE_MAX:
+                raise BusError(f"replica {peer.index} sent a {size}-byte frame")
+            end = _FRAME.size + size
+            if len(buffer) < end:
+                # Read the rest of a large frame straight into one buffer.
+                payload = bytearray(size)
+                have = len(buffer) - _FRAME.size
+                payload[:have] = buffer[_FRAME.size :]
+                view = memoryview(payload)
+                while have < size:
+                    count = await stream.receive_some(min(RECEIVE_BYTES_MAX, size - have))
+                    if not count:
+                        return
+                    view[have : have + len(count)] = count
+                    have += len(count)
+                buffer = bytearray()
+                self._dispatch(peer, kind, payload)
+            else:
+                payload = buffer[_FRAME.size : end]
+                del buffer[:end]
+                self._dispatch(peer, kind, payload)
+            await trio.lowlevel.checkpoint()
+
+    # -- inbound ----------------------------------------------------------------------------
+
+    def _dispatch(self, peer: Peer, kind: int, payload: bytearray) -> None:
+        if kind == FrameKind.MESSAGE:
+            try:
+                message = decode_message(payload)
+            except MessageError as error:
+                raise BusError(f"replica {peer.index} sent a bad message: {error}") from None
+            group = message.header.group if isinstance(message, Prepare) else message.group
+            host = self._node.groups.get(group)
+            if host is not None:
+                host.receive(message)
+        elif kind == FrameKind.FORWARD:
+            self._on_forward(peer, payload)
+        elif kind == FrameKind.FORWARD_REPLY:
+            self._on_forward_reply(peer, payload)
+        else:
+            raise BusError(f"replica {peer.index} sent frame kind {kind}")
+
+    def _on_forward(self, peer: Peer, payload: bytearray) -> None:
+        if len(payload) < _FORWARD.size:
+            raise BusError(f"replica {peer.index} sent a short forward")
+        token, group, client, session, request, operation, timestamp = _FORWARD.unpack_from(
+            payload, 0
+        )
+        body = bytes(payload[_FORWARD.size :])
+
+        def deliver(outcome: Outcome) -> None:
+            self._reply_forward(peer, token, outcome)
+
+        submission = Submission(
+            int.from_bytes(client, "little"),
+            session,
+            request,
+            operation,
+            body,
+            timestamp,
+            deliver,
+            forwarded=True,
+        )
+        host = self._node.groups.get(group)
+        if host is not None:
+            host.submit(submission)
+        elif self._nursery is not None:
+            # The group is new and this node has not applied the metadata op that
+            # created it yet (backups learn commits a little later): wait for it.
+            self._nursery.start_soon(self._submit_when_hosted, group, submission)
+        else:
+            submission.answer(Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
+
+    async def _submit_when_hosted(self, group: int, submission: Submission) -> None:
+        host = await self._node.wait_group(group, GROUP_WAIT_S)
+        if host is None:
+            submission.answer(Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
+        else:
+            host.submit(submission)
+
+    def _reply_forward(self, peer: Peer, token: int, outcome: Outcome) -> None:
+        body = b""
+        if isinstance(outcome, Replied):
+            head = _FORWARD_REPLY.pack(
+                token, _ReplyKind.REPLIED, outcome.op, outcome.commit, outcome.view, 0
+            )
+            body = outcome.body
+        elif isinstance(outcome, Refused):
+            head = _FORWARD_REPLY.pack(token, _ReplyKind.REFUSED, 0, 0, 0, outcome.status)
+        else:
+            code = _SESSION_ERRORS[outcome.error]
+            head = _FORWARD_REPLY.pack(token, _ReplyKind.SESSION_LOST, 0, 0, 0, code)
+        self._enqueue(peer, FrameKind.FORWARD_REPLY, head + body)
+
+    def _on_forward_reply(self, peer: Peer, payload: bytearray) -> None:
+        if len(payload) < _FORWARD_REPLY.size:
+            raise BusError(f"replica {peer.index} sent a short forward reply")
+        token, kind, op, commit, view, status = _FORWARD_REPLY.unpack_from(payload, 0)
+        submission = peer.forwarded.pop(token, None)
+        if submission is None:
+            return
+        outcome: Outcome
+        if kind == _ReplyKind.REPLIED:
+            outcome = Replied(op, commit, view, bytes(payload[_FORWARD_REPLY.size :]))
+        elif kind == _ReplyKind.REFUSED:
+            outcome = Refused(status)
+        else:
+            error = _SESSION_ERRORS_BY_CODE.get(status, ClientError.NO_SESSION)
+            outcome = SessionLost(error)
+        submission.answer(outcome)
+
+
+async def _receive_exactly(stream: trio.SocketStream, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        chunk = await stream.receive_some(size - len(data))
+        if not chunk:
+            raise BusError("the peer closed the connection during the handshake")
+        data += chunk
+    return bytes(data)

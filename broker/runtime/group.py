@@ -1,0 +1,577 @@
+"""Group host: the one task that owns one group's replica, its state machine and journal.
+
+Purpose: drive a sans-IO ``consensus.Replica`` on real files. Events reach the group from
+other tasks through non-blocking posts (ticks, peer messages, sync completions, client
+submissions); the group's own task steps the replica with them, one at a time, and
+executes the returned actions in order (``consensus/protocols.py`` is the contract).
+
+Invariants:
+
+1. Only the group task calls ``Replica.step`` and mutates the state machine and the
+   journal (appends, truncations, checkpoints); other tasks read committed state between
+   awaits, which trio makes atomic.
+2. Actions run in order. ``WriteSuperblock`` and ``WriteCheckpoint`` are awaited (in a
+   worker thread) before the next action, so they are durable before anything later in
+   the same list happens (the replica reveals a view only after persisting it).
+3. At most one journal sync is in flight (the syncer task, in a worker thread). It covers
+   every append made before it started: one fsync per batch of prepares (group commit).
+   Truncations and checkpoints wait for it, as the journal's contract requires, and raise
+   ``journal_busy`` so readers in other tasks stay off the journal meanwhile.
+4. Every queue has a bound: peer messages (``INBOX_EVENTS_MAX``, the excess is dropped:
+   VSR retransmits), pending ticks (``TICKS_PENDING_MAX``), client submissions (bounded by
+   the connections and their in-flight limit); and the pipeline bound of the replica is
+   respected before a request is handed to it, so nothing is dropped for being early.
+5. Every submission is answered exactly once: with the committed reply, a refusal decided
+   before commit, a lost session, or (by its submitter, on timeout) abandoned.
+
+Theory of operation: the loop drains pending ticks, then queued events, then admits
+queued client requests while the replica is a ready primary with room in its pipeline.
+After each step's actions it reports ``PrepareWritten`` for the last append (the write
+went to the page cache synchronously). ``SyncJournal`` wakes the syncer, which runs
+``journal.sync`` in a worker thread while the loop keeps appending and answering; its
+completion comes back as ``PrepareSynced``. A replicated group therefore acks a prepare
+once written; a persisted one once synced.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import trio
+
+from broker.runtime.stats import GroupCounters
+from broker.runtime.store import GroupStore
+from broker.state.plane import MetadataMachine, PartitionMachine
+from consensus import (
+    Action,
+    AppendToJournal,
+    ClientError,
+    ClientRequested,
+    Event,
+    Message,
+    MessageReceived,
+    Prepare,
+    PrepareSynced,
+    PrepareWritten,
+    Replica,
+    ReplicaConfig,
+    ReplyToClient,
+    SendToReplica,
+    Status,
+    SyncJournal,
+    Ticked,
+    TruncateJournal,
+    WriteCheckpoint,
+    WriteSuperblock,
+)
+from sdk.wire import IggyErrorCode
+from sdk.wire.batch import BATCH_HEADER
+from sdk.wire.codes import Operation
+
+log = logging.getLogger("viewstream.group")
+
+_T = TypeVar("_T")
+
+INBOX_EVENTS_MAX: Final = 4096
+"""Peer messages queued for one group; more are dropped (the sender retransmits)."""
+TICKS_PENDING_MAX: Final = 100
+"""Ticks one group catches up at most after a stall (one second at 10 ms)."""
+EVENTS_PER_PASS_MAX: Final = 256
+"""Events stepped before the loop yields to other tasks."""
+
+METADATA_GROUP: Final = 0
+"""The metadata group's id; partition groups have ids above it."""
+
+
+class GroupKind(enum.Enum):
+    METADATA = "metadata"
+    PARTITION = "partition"
+
+
+@dataclass(frozen=True, slots=True)
+class Replied:
+    """The committed reply of a request."""
+
+    op: int
+    commit: int
+    view: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """An Iggy error code decided before commit (nothing was applied)."""
+
+    status: int
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLost:
+    """The group's client table does not know the session (log in again)."""
+
+    error: ClientError
+
+
+Outcome = Replied | Refused | SessionLost
+
+
+@dataclass(slots=True, eq=False)
+class Submission:
+    """One client request on its way to a group, answered once through ``deliver``."""
+
+    client_id: int
+    session: int
+    request: int
+    operation: int
+    body: bytes
+    timestamp_us: int
+    deliver: Callable[[Outcome], None]
+    #: Set when its prepare entered the pipeline: the outcome may be unknown from then on.
+    admitted: bool = False
+    done: bool = False
+    #: It came from another node's bus: never forward it again (no forwarding loops).
+    forwarded: bool = False
+
+    def answer(self, outcome: Outcome) -> None:
+        if not self.done:
+            self.done = True
+            self.deliver(outcome)
+
+
+@dataclass(slots=True)
+class ReplyWaiter:
+    """A one-shot slot a task awaits for a submission's outcome."""
+
+    event: trio.Event = field(default_factory=trio.Event)
+    outcome: Outcome | None = None
+
+    def deliver(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+        self.event.set()
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionIds:
+    stream_id: int
+    topic_id: int
+    partition_id: int
+    created_op: int
+
+
+class GroupHost:
+    """Hosts one replica of one group; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        group_id: int,
+        kind: GroupKind,
+        path: Path,
+        replica_index: int,
+        replica_count: int,
+        persisted: bool,
+        no_sync: bool,
+        segment_size_bytes: int,
+        replica_config: ReplicaConfig,
+        send: Callable[[int, int, Message], None],
+        on_applied: Callable[[GroupHost], None],
+        prng: random.Random,
+        partition: PartitionIds | None = None,
+    ) -> None:
+        assert (kind is GroupKind.PARTITION) == (partition is not None)
+        self.group_id = group_id
+        self.kind = kind
+        self.path = path
+        self.replica_index = replica_index
+        self.replica_count = replica_count
+        self.persisted = persisted
+        self.partition = partition
+        self._no_sync = no_sync
+        self._segment_size_bytes = segment_size_bytes
+        self._replica_config = replica_config
+        self._send = send
+        self._on_applied = on_applied
+        self._prng = prng
+        self.store: GroupStore | None = None
+        self.replica: Replica | None = None
+        self.metadata: MetadataMachine | None = None
+        self.partition_machine: PartitionMachine | None = None
+        self.counters = GroupCounters()
+        self.opened = trio.Event()
+        self.closed = trio.Event()
+        self.forward: Callable[[GroupHost, Submission], bool] | None = None
+        """Set by the node in a cluster: hands a request this replica cannot take to the
+        primary's node; returns False when it cannot (the request is then refused)."""
+        self._inbox: deque[Event] = deque()
+        self._synced: PrepareSynced | None = None
+        self._ticks_pending = 0
+        self._requests: deque[Submission] = deque()
+        self._waiters: dict[int, Submission] = {}
+        self._in_flight: dict[int, int] = {}  # client id -> request prepared, not replied
+        self._wake = trio.Event()
+        self._sync_wanted = trio.Event()
+        self._sync_in_flight = False
+        self._sync_idle = trio.Event()
+        self._sync_idle.set()
+        self.journal_busy = False
+        self._journal_idle = trio.Event()
+        self._journal_idle.set()
+        self._commit_seen = 0
+        self._applied = trio.Event()
+        self._stopping = False
+
+    # -- posting (any task) -----------------------------------------------------------------
+
+    def tick(self) -> None:
+        self._ticks_pending = min(self._ticks_pending + 1, TICKS_PENDING_MAX)
+        self._wake.set()
+
+    def receive(self, message: Message) -> None:
+        if len(self._inbox) >= INBOX_EVENTS_MAX or self.replica is None:
+            self.counters.messages_dropped += 1
+            return
+        self._inbox.append(MessageReceived(message))
+        self._wake.set()
+
+    def submit(self, submission: Submission) -> None:
+        """Queue a client request; its outcome arrives through ``submission.deliver``."""
+        if self._stopping:
+            submission.answer(Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
+            return
+        self._requests.append(submission)
+        self._wake.set()
+
+    def abandon(self, submission: Submission) -> None:
+        """The submitter stopped waiting (timeout): forget the submission."""
+        submission.done = True
+        if self._waiters.get(submission.client_id) is submission:
+            del self._waiters[submission.client_id]
+
+    async def wait_applied(self, op: int) -> None:
+        """Wait until this replica has applied ``op`` (committed it locally)."""
+        while self.replica is None or self.replica.commit_min < op:
+            await self._applied.wait()
+
+    async def wait_journal_readable(self) -> None:
+        """Wait until no truncation or checkpoint is rewriting the journal."""
+        while self.journal_busy:
+            await self._journal_idle.wait()
+
+    # -- read-side facts (any task) ---------------------------------------------------------
+
+    @property
+    def applied_op(self) -> int:
+        """The highest op applied here (0 while opening)."""
+        return 0 if self.replica is None else self.replica.commit_min
+
+    @property
+    def known_op(self) -> int:
+        """The highest op this replica knows exists (prepared or known committed)."""
+        replica = self.replica
+        return 0 if replica is None else max(replica.op, replica.commit_max)
+
+    @property
+    def ready(self) -> bool:
+        return self.replica is not None
+
+    @property
+    def is_primary(self) -> bool:
+        replica = self.replica
+        return replica is not None and replica.status is Status.NORMAL and replica.is_primary
+
+    @property
+    def primary_index(self) -> int | None:
+        replica = self.replica
+        if replica is None or replica.status is not Status.NORMAL:
+            return None
+        return replica.primary
+
+    # -- the task ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Open the storage, recover, then serve until cancelled."""
+        try:
+            store = await trio.to_thread.run_sync(self._open_store)
+            self.store = store
+            recovered = await trio.to_thread.run_sync(store.recovered)
+            if self.kind is GroupKind.METADATA:
+                self.metadata = MetadataMachine()
+                machine: MetadataMachine | PartitionMachine = self.metadata
+            else:
+                assert self.partition is not None
+                p = self.partition
+                self.partition_machine = PartitionMachine(
+                    p.stream_id, p.topic_id, p.partition_id, store
+                )
+                machine = self.partition_machine
+            self.replica = Replica(
+                self.group_id,
+                self.replica_index,
+                self.replica_count,
+                store,
+                machine,
+                self._prng,
+                persisted=self.persisted,
+                durable=recovered.durable,
+                checkpoint=recovered.checkpoint,
+                register_operation=(
+                    Operation.REGISTER if self.kind is GroupKind.METADATA else None
+                ),
+                config=self._replica_config,
+            )
+            self._commit_seen = self.replica.commit_min
+            self.opened.set()
+            self._applied.set()
+            self._applied = trio.Event()
+            task_status.started()
+            if self.replica.commit_min > 0:
+                self._on_applied(self)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._syncer)
+                if recovered.durable is not None:
+                    # A restarted replica's first actions come from its first step.
+                    await self._step(Ticked())
+                await self._loop()
+        finally:
+            self._refuse_all(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+            self.closed.set()
+
+    def _open_store(self) -> GroupStore:
+        return GroupStore(
+            self.path, no_sync=self._no_sync, segment_size_bytes=self._segment_size_bytes
+        )
+
+    async def close(self) -> None:
+        """Sync and close the journal (after the task was cancelled)."""
+        self._stopping = True
+        store = self.store
+        if store is None:
+            return
+        await self._wait_sync_idle()
+        await trio.to_thread.run_sync(store.close)
+
+    async def _loop(self) -> None:
+        while True:
+            self._wake = trio.Event()
+            await self._pass()
+            if self._has_work():
+                await trio.lowlevel.checkpoint()
+                continue
+            await self._wake.wait()
+
+    def _has_work(self) -> bool:
+        return bool(
+            self._ticks_pending
+            or self._inbox
+            or self._synced is not None
+            or (self._requests and self._admissible())
+        )
+
+    async def _pass(self) -> None:
+        ticks, self._ticks_pending = self._ticks_pending, 0
+        for _ in range(ticks):
+            await self._step(Ticked())
+        synced, self._synced = self._synced, None
+        if synced is not None:
+            await self._step(synced)
+        stepped = 0
+        while self._inbox and stepped < EVENTS_PER_PASS_MAX:
+            await self._step(self._inbox.popleft())
+            stepped += 1
+        await self._admit()
+
+    # -- stepping ---------------------------------------------------------------------------
+
+    async def _step(self, event: Event) -> None:
+        replica = self.replica
+        assert replica is not None
+        next_event: Event | None = event
+        while next_event is not None:
+            actions = replica.step(next_event)
+            next_event = await self._execute(actions)
+        self._after_step()
+
+    async def _execute(self, actions: list[Action]) -> Event | None:
+        """Run ``actions`` in order; return the ``PrepareWritten`` to report, if any."""
+        store = self.store
+        assert store is not None
+        written: Prepare | None = None
+        for action in actions:
+            if isinstance(action, SendToReplica):
+                self._send(self.group_id, action.replica, action.message)
+            elif isinstance(action, AppendToJournal):
+                prepare = action.prepare
+                store.append(prepare)
+                written = prepare
+                self._count_prepare(prepare)
+            elif isinstance(action, ReplyToClient):
+                self._reply(action)
+            elif isinstance(action, SyncJournal):
+                self._sync_wanted.set()
+            elif isinstance(action, TruncateJournal):
+                await self._with_journal_busy(store.truncate, action.after_op)
+                if written is not None and written.op > action.after_op:
+                    written = None
+            elif isinstance(action, WriteSuperblock):
+                await trio.to_thread.run_sync(store.write_superblock, action.state)
+            else:
+                assert isinstance(action, WriteCheckpoint)
+                await self._with_journal_busy(store.write_checkpoint, action.op, action.snapshot)
+                self.counters.checkpoints += 1
+        if written is None:
+            return None
+        return PrepareWritten(written.op, written.checksum)
+
+    def _after_step(self) -> None:
+        replica = self.replica
+        assert replica is not None
+        if replica.commit_min != self._commit_seen:
+            self.counters.commits += max(0, replica.commit_min - self._commit_seen)
+            self.counters.commit_rounds += 1
+            self._commit_seen = replica.commit_min
+            self._applied.set()
+            self._applied = trio.Event()
+            self._on_applied(self)
+        if not (replica.status is Status.NORMAL and replica.is_primary) and self._in_flight:
+            # We lost the primary role with prepares in flight: whether they commit is
+            # decided elsewhere now, so their clients learn the outcome is unknown.
+            for client_id in list(self._in_flight):
+                waiter = self._waiters.pop(client_id, None)
+                if waiter is not None:
+                    waiter.answer(Refused(IggyErrorCode.TRANSIENT_NOT_COMMITTED))
+            self._in_flight.clear()
+
+    def _count_prepare(self, prepare: Prepare) -> None:
+        counters = self.counters
+        counters.prepares += 1
+        counters.prepare_bytes += len(prepare.body)
+        header = prepare.header
+        if header.operation == Operation.SEND_MESSAGES and len(prepare.body) >= BATCH_HEADER.size:
+            counters.prepare_messages += BATCH_HEADER.unpack_from(prepare.body, 0)[6]
+        replica = self.replica
+        if replica is not None and replica.is_primary and header.client_id != 0:
+            self._in_flight[header.client_id] = header.request
+            waiter = self._waiters.get(header.client_id)
+            if waiter is not None and waiter.request == header.request:
+                waiter.admitted = True
+
+    def _reply(self, action: ReplyToClient) -> None:
+        if self._in_flight.get(action.client_id) == action.request:
+            del self._in_flight[action.client_id]
+        waiter = self._waiters.get(action.client_id)
+        if waiter is None or waiter.request != action.request:
+            return  # nobody waits: a retry answered earlier, or its submitter gave up
+        del self._waiters[action.client_id]
+        replica = self.replica
+        assert replica is not None
+        if action.error is not None:
+            waiter.answer(SessionLost(action.error))
+        elif action.status != 0:
+            waiter.answer(Refused(action.status))
+        else:
+            waiter.answer(Replied(action.op, replica.commit_max, replica.view, action.reply))
+
+    # -- admission --------------------------------------------------------------------------
+
+    def _admissible(self) -> bool:
+        """Whether the replica will judge a request now (see ``on_client_requested``)."""
+        replica = self.replica
+        if replica is None:
+            return False
+        if replica.status is not Status.NORMAL:
+            return False
+        if not replica.is_primary:
+            return True  # refused or forwarded at once
+        return (
+            replica.commit_min == replica.commit_max
+            and replica.durable.log_view == replica.view
+            and replica.op - replica.commit_max < replica.config.pipeline_prepares_max
+        )
+
+    async def _admit(self) -> None:
+        replica = self.replica
+        assert replica is not None
+        while self._requests and self._admissible():
+            submission = self._requests.popleft()
+            if submission.done:
+                continue
+            if not replica.is_primary:
+                if self.forward is None or not self.forward(self, submission):
+                    submission.answer(Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
+                continue
+            previous = self._waiters.get(submission.client_id)
+            if previous is not None and previous is not submission:
+                if previous.request == submission.request:
+                    # A retry of the request in flight: the new submitter takes its place.
+                    previous.done = True
+                else:
+                    previous.answer(Refused(IggyErrorCode.TRANSIENT_NOT_COMMITTED))
+            self._waiters[submission.client_id] = submission
+            await self._step(
+                ClientRequested(
+                    submission.client_id,
+                    submission.session,
+                    submission.request,
+                    submission.operation,
+                    submission.body,
+                    submission.timestamp_us,
+                )
+            )
+            if submission.done or submission.admitted:
+                continue
+            if self._in_flight.get(submission.client_id) == submission.request:
+                continue  # absorbed by its own earlier copy in the pipeline
+            # Dropped by the replica (an old request number): nothing was applied.
+            self._waiters.pop(submission.client_id, None)
+            submission.answer(Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
+
+    def _refuse_all(self, status: int) -> None:
+        for submission in self._requests:
+            submission.answer(Refused(status))
+        self._requests.clear()
+        for waiter in self._waiters.values():
+            waiter.answer(Refused(IggyErrorCode.TRANSIENT_NOT_COMMITTED))
+        self._waiters.clear()
+
+    # -- disk -------------------------------------------------------------------------------
+
+    async def _syncer(self) -> None:
+        store = self.store
+        assert store is not None
+        while True:
+            await self._sync_wanted.wait()
+            self._sync_wanted = trio.Event()
+            self._sync_in_flight = True
+            self._sync_idle = trio.Event()
+            try:
+                op = await trio.to_thread.run_sync(store.sync)
+            finally:
+                self._sync_in_flight = False
+                self._sync_idle.set()
+            self.counters.syncs += 1
+            prepare = store.read(op) if op > 0 else None
+            if prepare is not None:
+                self.counters.synced_prepares = max(self.counters.synced_prepares, op)
+                self._synced = PrepareSynced(op, prepare.checksum)
+                self._wake.set()
+
+    async def _wait_sync_idle(self) -> None:
+        while self._sync_in_flight:
+            await self._sync_idle.wait()
+
+    async def _with_journal_busy(self, function: Callable[..., _T], *args: Any) -> _T:
+        await self._wait_sync_idle()
+        self.journal_busy = True
+        self._journal_idle = trio.Event()
+        try:
+            return await trio.to_thread.run_sync(function, *args)
+        finally:
+            self.journal_busy = False
+            self._journal_idle.set()

@@ -1,0 +1,1088 @@
+"""The node: every group of one replica, the ticker, the listener, and request admission.
+
+Purpose: one process of a viewstream cluster. It hosts a replica of the metadata group
+and of every partition group (created and removed as committed metadata changes), feeds
+them ticks, peer messages and client requests, and answers clients in the Iggy 0.9
+protocol.
+
+Invariants:
+
+1. Requests are admitted against this node's *committed* metadata: sessions, routing,
+   permissions (``broker.state.plane``). A request that changes state goes to its group's
+   replica as ``ClientRequested``; reads (polls, metadata reads) are answered from
+   committed local state and never replicated.
+2. Every request but PING and the login needs a live session whose client id matches the
+   header's. A connection waits (bounded) for its own earlier writes and its session to
+   be applied locally before it is judged, so a read on a backup sees the writes it was
+   acknowledged ("read your writes" per connection).
+3. Passwords are verified against scrypt hashes in a worker thread and never logged or
+   stored in clear; the root password is hashed before it is proposed.
+4. The node's own requests (the root user, auto-commit offsets, purges, ending the
+   session of a closed connection) go through a system client with its own client id and
+   session, one request at a time per group, so the client tables stay exact.
+5. Shutdown order: stop accepting, let connections finish the request in hand, stop the
+   groups, sync and close every journal.
+
+Theory of operation: ``run`` opens the metadata group first (recovering and replaying
+it), which reconciles the partition groups after every applied op; then it starts the
+ticker (a fixed-rate schedule on trio's clock, so it never drifts), the replica bus (in a
+cluster) and the client listener. ``handle`` is called by a connection task for each
+frame, in order, and returns the reply frame(s).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import platform
+import random
+import resource
+import secrets
+import shutil
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import trio
+
+from broker import __version__
+from broker.runtime.config import Config, parse_address
+from broker.runtime.group import (
+    METADATA_GROUP,
+    GroupHost,
+    GroupKind,
+    Outcome,
+    PartitionIds,
+    Refused,
+    Replied,
+    ReplyWaiter,
+    SessionLost,
+    Submission,
+)
+from broker.runtime.stats import NodeCounters, StatsReport, group_report
+from broker.runtime.store import remove_group_dir
+from broker.state.codec import encode_command
+from broker.state.credentials import hash_password, verify_password
+from broker.state.errors import ErrorCode, StateError
+from broker.state.metadata import (
+    SESSIONS_MAX,
+    CreateRootUser,
+    Durability,
+    EndSession,
+    Logout,
+    MetadataCommand,
+    PartitionRef,
+    Register,
+    UserStatus,
+)
+from broker.state.permissions import Action
+from broker.state.plane import (
+    PartitionRoute,
+    PartitionStats,
+    metadata_command,
+    purge_body,
+    resolved_offset_request,
+    route_offset,
+    route_poll,
+    route_send,
+    store_offset_body,
+)
+from consensus import ClientError, Message, ReplicaConfig
+from sdk import wire
+from sdk.wire import (
+    COMMANDS,
+    CommandCode,
+    EvictionReason,
+    Frame,
+    IggyErrorCode,
+    Operation,
+    ProtocolError,
+    RequestHeader,
+    build_eviction_frame,
+    build_reply_frame,
+    build_reply_frame_parts,
+    request_command_code,
+    validate_request_header,
+)
+from sdk.wire.codes import PROTOCOL_VERSION, PROTOCOL_VERSION_MIN, is_protocol_compatible
+
+if TYPE_CHECKING:
+    from broker.runtime.connection import Connection
+
+log = logging.getLogger("viewstream.node")
+
+REQUEST_TIMEOUT_S: Final = 10.0
+"""A request not answered by its group within this long gets a transient error."""
+CATCH_UP_TIMEOUT_S: Final = 2.0
+"""How long a request waits for this node to apply what its connection already saw."""
+SHUTDOWN_CONNECTIONS_TIMEOUT_S: Final = 5.0
+"""Graceful shutdown waits this long for connections to finish their request in hand."""
+MAINTENANCE_INTERVAL_S: Final = 0.1
+"""Period of the node's housekeeping pass (root user, purges)."""
+METADATA_CLIENTS_MAX: Final = SESSIONS_MAX
+"""Client table entries of the metadata group: one per possible session."""
+PARTITION_CLIENTS_MAX: Final = 1024
+"""Client table entries of a partition group (producers deduplicated per partition)."""
+SYSTEM_USER_ID: Final = 0xFFFF_FFFF
+"""The user id the system client registers as: none exists, so the register opens a
+client-table entry (a session for system commands) but no user session."""
+RUNTIME_STATS_CODE: Final = 9000
+"""A non-replicated command code of ours: the per-group counters as JSON (Iggy lets a
+server decide about codes it does not define; the official SDK sends such codes through
+``send_binary_request``)."""
+POLL_CLUSTER_CODE: Final = 103
+"""What the official 0.9.0 SDK sends instead of POLL_MESSAGES (100) for a poll with
+auto-commit once cluster metadata lists more than one node: the same request body, the
+same reply (observed on the wire; ``sdk.wire`` does not name the code yet)."""
+POLL_RESYNC_PARTITION: Final = 0xFFFF_FFFF
+"""A poll reply for this partition id tells a consumer-group member to re-sync."""
+TRANSPORT_TCP: Final = 1
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def partition_group_id(stream_id: int, topic_id: int, partition_id: int, created_op: int) -> int:
+    """The consensus group id of a partition, the same on every node.
+
+    Partitions of one topic created by one op get consecutive ids, so their primaries
+    (``(view + group) % n``) are dealt round-robin over the nodes; the hash keeps a
+    recreated partition (a new ``created_op``) apart from its predecessor.
+    """
+    digest = hashlib.blake2b(
+        struct.pack("<QQQ", stream_id, topic_id, created_op), digest_size=5
+    ).digest()
+    return (1 << 61) | (int.from_bytes(digest, "little") << 20) | partition_id
+
+
+@dataclass(slots=True)
+class ConnectionContext:
+    """What the node remembers about one client connection."""
+
+    address: str
+    client_id: int = 0
+    session: int = 0
+    #: The highest op of each group this connection was answered with.
+    seen: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """The frame(s) answering one request, and whether to close the connection after."""
+
+    parts: list[wire.Buffer]
+    close: bool = False
+
+
+class Node:
+    """One viewstream node; see the module docstring."""
+
+    def __init__(self, config: Config, *, announce: Callable[[str], None] = print) -> None:
+        self.config = config
+        self.announce = announce
+        self.counters = NodeCounters()
+        self.started_at_us = now_us()
+        self.started_at = time.monotonic()
+        self.data_dir = Path(config.data_dir)
+        self.replica_index = config.replica
+        self.replica_count = config.replica_count
+        self.groups: dict[int, GroupHost] = {}
+        self.partitions: dict[tuple[int, int, int], GroupHost] = {}
+        self._refs: dict[int, PartitionRef] = {}
+        self._scopes: dict[int, trio.CancelScope] = {}
+        self._balanced: dict[tuple[int, int], int] = {}
+        self._nursery: trio.Nursery | None = None
+        self.metadata: GroupHost = self._make_group(
+            METADATA_GROUP, GroupKind.METADATA, self.data_dir / "metadata", persisted=True
+        )
+        self.system = SystemClient(self)
+        self._autocommit: dict[int, dict[Any, tuple[PartitionRoute, int]]] = {}
+        self._autocommit_running: set[int] = set()
+        self._purging: set[int] = set()
+        self._bootstrapping = False
+        self.stopping = False
+        self.connections = 0
+        self.open_connections: set[Connection] = set()
+        self._connections_idle = trio.Event()
+        self._connections_idle.set()
+        self._shutdown = trio.Event()
+        self.stopped = trio.Event()
+        self.bus: Any = None
+        """The replica bus (``broker.runtime.bus.ReplicaBus``) in a cluster."""
+        self.address: tuple[str, int] | None = None
+
+    # -- groups -----------------------------------------------------------------------------
+
+    def _make_group(
+        self,
+        group_id: int,
+        kind: GroupKind,
+        path: Path,
+        *,
+        persisted: bool,
+        partition: PartitionIds | None = None,
+    ) -> GroupHost:
+        clients_max = METADATA_CLIENTS_MAX if kind is GroupKind.METADATA else PARTITION_CLIENTS_MAX
+        host = GroupHost(
+            group_id=group_id,
+            kind=kind,
+            path=path,
+            replica_index=self.replica_index,
+            replica_count=self.replica_count,
+            persisted=persisted,
+            no_sync=self.config.no_sync,
+            segment_size_bytes=self.config.segment_size_bytes,
+            replica_config=ReplicaConfig(clients_max=clients_max),
+            send=self._send_to_replica,
+            on_applied=self._on_applied,
+            prng=random.Random(int.from_bytes(os.urandom(8), "little")),
+            partition=partition,
+        )
+        self.groups[group_id] = host
+        return host
+
+    async def wait_group(self, group_id: int, timeout_s: float) -> GroupHost | None:
+        """The host of ``group_id`` once committed metadata creates it here (bounded)."""
+        with trio.move_on_after(timeout_s):
+            while group_id not in self.groups:
+                await self.metadata.wait_applied(self.metadata.applied_op + 1)
+        return self.groups.get(group_id)
+
+    def _send_to_replica(self, group_id: int, replica: int, message: Message) -> None:
+        bus = self.bus
+        if bus is None:
+            return
+        sent = bus.send(replica, message)
+        host = self.groups.get(group_id)
+        if host is not None:
+            host.counters.bytes_to_replicas += sent
+
+    def _on_applied(self, host: GroupHost) -> None:
+        if host.kind is GroupKind.METADATA:
+            self._reconcile_partitions()
+
+    def _reconcile_partitions(self) -> None:
+        machine = self.metadata.metadata
+        if machine is None or self._nursery is None:
+            return
+        wanted: dict[int, PartitionRef] = {}
+        for ref in machine.state.partition_refs():
+            group_id = partition_group_id(
+                ref.stream_id, ref.topic_id, ref.partition_id, ref.created_op
+            )
+            wanted[group_id] = ref
+        for group_id in [g for g in self._refs if g not in wanted]:
+            self._remove_partition(group_id)
+        for group_id, ref in wanted.items():
+            if group_id not in self._refs:
+                self._add_partition(group_id, ref)
+            self._refs[group_id] = ref
+
+    def _add_partition(self, group_id: int, ref: PartitionRef) -> None:
+        assert self._nursery is not None
+        name = f"{ref.stream_id}-{ref.topic_id}-{ref.partition_id}-{ref.created_op}"
+        host = self._make_group(
+            group_id,
+            GroupKind.PARTITION,
+            self.data_dir / "partitions" / name,
+            persisted=ref.durability is Durability.PERSISTED,
+            partition=PartitionIds(ref.stream_id, ref.topic_id, ref.partition_id, ref.created_op),
+        )
+        if self.bus is not None:
+            host.forward = self.bus.forward
+        self._refs[group_id] = ref
+        self.partitions[(ref.stream_id, ref.topic_id, ref.partition_id)] = host
+        self._nursery.start_soon(self._run_group, host)
+
+    def _remove_partition(self, group_id: int) -> None:
+        ref = self._refs.pop(group_id)
+        host = self.groups.pop(group_id)
+        key = (ref.stream_id, ref.topic_id, ref.partition_id)
+        if self.partitions.get(key) is host:
+            del self.partitions[key]
+        scope = self._scopes.get(group_id)
+        if scope is not None:
+            scope.cancel()
+        assert self._nursery is not None
+        self._nursery.start_soon(self._dispose_group, host)
+
+    async def _dispose_group(self, host: GroupHost) -> None:
+        await host.closed.wait()
+        with trio.CancelScope(shield=True):
+            await host.close()
+            await trio.to_thread.run_sync(remove_group_dir, host.path)
+
+    async def _run_group(
+        self, host: GroupHost, *, task_status: Any = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        with trio.CancelScope() as scope:
+            self._scopes[host.group_id] = scope
+            try:
+                await host.run(task_status=task_status)
+            finally:
+                self._scopes.pop(host.group_id, None)
+
+    # -- the node task ----------------------------------------------------------------------
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until ``request_shutdown``; ``task_status`` gets the bound address."""
+        try:
+            await self._run(task_status)
+        finally:
+            self.stopped.set()
+
+    async def _run(self, task_status: Any) -> None:
+        host, port = parse_address(self.config.address)
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            if self.config.replica_count > 1:
+                from broker.runtime.bus import ReplicaBus
+
+                self.bus = ReplicaBus(self)
+                self.metadata.forward = self.bus.forward
+                await nursery.start(self.bus.run)
+            await nursery.start(self._run_group, self.metadata)
+            self._reconcile_partitions()
+            if self.replica_count == 1:
+                # A lone node creates its root user before it takes clients, so the
+                # first login after "listening" cannot race the bootstrap.
+                await self._bootstrap_alone()
+            nursery.start_soon(self._ticker)
+            nursery.start_soon(self._maintenance)
+            listeners = await trio.open_tcp_listeners(port, host=host)
+            bound = listeners[0].socket.getsockname()
+            self.address = (bound[0], bound[1])
+            listen_scope = trio.CancelScope()
+            nursery.start_soon(self._serve, listeners, listen_scope)
+            log.info("serving clients on %s:%d", bound[0], bound[1])
+            task_status.started(self.address)
+            await self._shutdown.wait()
+            await self._stop(listen_scope)
+            nursery.cancel_scope.cancel()
+
+    def request_shutdown(self) -> None:
+        self._shutdown.set()
+
+    async def _stop(self, listen_scope: trio.CancelScope) -> None:
+        with trio.CancelScope(shield=True):
+            self.stopping = True
+            listen_scope.cancel()
+            for connection in list(self.open_connections):
+                connection.shutdown()
+            with trio.move_on_after(SHUTDOWN_CONNECTIONS_TIMEOUT_S):
+                while self.connections:
+                    await self._connections_idle.wait()
+            for scope in list(self._scopes.values()):
+                scope.cancel()
+            for host in list(self.groups.values()):
+                await host.closed.wait()
+            for host in list(self.groups.values()):
+                await host.close()
+            if self.bus is not None:
+                await self.bus.close()
+            log.info("stopped; every journal synced and closed")
+
+    async def _serve(self, listeners: list[trio.SocketListener], scope: trio.CancelScope) -> None:
+        from broker.runtime.connection import serve_connection
+
+        async def accept(stream: trio.SocketStream) -> None:
+            await serve_connection(self, stream)
+
+        with scope:
+            await trio.serve_listeners(accept, listeners)
+
+    def connection_opened(self) -> bool:
+        """Count a new connection; False if the node is full (close it at once)."""
+        if self.stopping or self.connections >= self.config.limits.connections_max:
+            self.counters.connections_refused += 1
+            return False
+        self.connections += 1
+        self.counters.connections_accepted += 1
+        self._connections_idle = trio.Event()
+        return True
+
+    def connection_closed(self, context: ConnectionContext) -> None:
+        self.connections -= 1
+        if self.connections == 0:
+            self._connections_idle.set()
+        machine = self.metadata.metadata
+        if context.session and machine is not None and not self.stopping:
+            try:
+                machine.state.session(context.session)
+            except StateError:
+                return
+            # The client is gone: end its session so its consumer groups rebalance.
+            if self._nursery is not None:
+                self._nursery.start_soon(
+                    self.system.run, self.metadata, EndSession(context.session)
+                )
+
+    async def _ticker(self) -> None:
+        def deliver(ticks: int) -> None:
+            for host in list(self.groups.values()):
+                for _ in range(ticks):
+                    host.tick()
+
+        await run_ticker(self.config.tick_ms / 1000, deliver)
+
+    async def _maintenance(self) -> None:
+        while True:
+            await trio.sleep(MAINTENANCE_INTERVAL_S)
+            self._maybe_bootstrap()
+            self._maybe_purge()
+
+    async def _bootstrap_alone(self) -> None:
+        while True:
+            machine = self.metadata.metadata
+            assert machine is not None
+            if machine.state.users():
+                return
+            if self.metadata.is_primary and not self._bootstrapping:
+                self._bootstrapping = True
+                await self._bootstrap_root()
+            else:
+                await trio.sleep(MAINTENANCE_INTERVAL_S)
+
+    def _maybe_bootstrap(self) -> None:
+        machine = self.metadata.metadata
+        if machine is None or self._bootstrapping or not self.metadata.is_primary:
+            return
+        if machine.state.root_user_id is not None or machine.state.users():
+            return
+        self._bootstrapping = True
+        assert self._nursery is not None
+        self._nursery.start_soon(self._bootstrap_root)
+
+    async def _bootstrap_root(self) -> None:
+        try:
+            secret = self.config.root_password
+            generated = secret is None
+            password = secrets.token_urlsafe(18) if secret is None else secret.get_secret_value()
+            salt = os.urandom(16)
+            digest = await trio.to_thread.run_sync(hash_password, password, salt)
+            outcome = await self.system.run(
+                self.metadata, CreateRootUser(self.config.root_username, digest)
+            )
+            if isinstance(outcome, Replied) and outcome.body == wire.result_ok():
+                log.info("created the root user %r", self.config.root_username)
+                if generated:
+                    self.announce(
+                        f"root user {self.config.root_username!r} created; its generated "
+                        f"password (shown once, stored only hashed): {password}"
+                    )
+        finally:
+            self._bootstrapping = False
+
+    def _maybe_purge(self) -> None:
+        assert self._nursery is not None
+        for group_id, ref in list(self._refs.items()):
+            host = self.groups.get(group_id)
+            if host is None or host.partition_machine is None or not host.is_primary:
+                continue
+            if group_id in self._purging:
+                continue
+            if host.partition_machine.state.purge_generation < ref.purge_generation:
+                self._purging.add(group_id)
+                self._nursery.start_soon(self._purge, host, ref.purge_generation)
+
+    async def _purge(self, host: GroupHost, generation: int) -> None:
+        try:
+            await self.system.run_partition(
+                host, Operation.TRUNCATE_PARTITION, purge_body(generation)
+            )
+        finally:
+            self._purging.discard(host.group_id)
+
+    def _auto_commit(self, host: GroupHost, route: PartitionRoute, offset: int) -> None:
+        pending = self._autocommit.setdefault(host.group_id, {})
+        pending[route.consumer] = (route, offset)
+        if host.group_id not in self._autocommit_running and self._nursery is not None:
+            self._autocommit_running.add(host.group_id)
+            self._nursery.start_soon(self._run_auto_commit, host)
+
+    async def _run_auto_commit(self, host: GroupHost) -> None:
+        # Offsets of one group are stored one request at a time, the newest per consumer
+        # winning: a poll never waits for its auto-commit.
+        try:
+            pending = self._autocommit.get(host.group_id, {})
+            while pending:
+                key = next(iter(pending))
+                route, offset = pending.pop(key)
+                await self.system.run_partition(
+                    host, Operation.STORE_CONSUMER_OFFSET, store_offset_body(route, offset)
+                )
+        finally:
+            self._autocommit_running.discard(host.group_id)
+
+    # -- statistics -------------------------------------------------------------------------
+
+    def partition_stats(self, stream_id: int, topic_id: int, partition_id: int) -> PartitionStats:
+        host = self.partitions.get((stream_id, topic_id, partition_id))
+        if host is None or host.partition_machine is None or host.store is None:
+            return PartitionStats()
+        state = host.partition_machine.state
+        busy = host.journal_busy
+        return PartitionStats(
+            segments_count=1 if busy else max(1, host.store.segments_count()),
+            current_offset=state.current_offset,
+            size_bytes=0 if busy else host.store.size_bytes(),
+            messages_count=max(0, state.frontier.next_offset - state.first_offset),
+        )
+
+    def runtime_report(self) -> StatsReport:
+        uptime = time.monotonic() - self.started_at
+        report = StatsReport(node=_plain(self.counters))
+        report.node["uptime_s"] = uptime
+        report.node["replica"] = self.replica_index
+        report.node["replicas"] = self.replica_count
+        for group_id, host in sorted(self.groups.items()):
+            if host.partition is not None:
+                p = host.partition
+                name = f"partition {p.stream_id}/{p.topic_id}/{p.partition_id}"
+            else:
+                name = "metadata"
+            entry = group_report(host.counters, uptime)
+            entry["group"] = group_id
+            entry["primary"] = host.is_primary
+            entry["persisted"] = host.persisted
+            replica = host.replica
+            if replica is not None:
+                entry.update(view=replica.view, op=replica.op, commit=replica.commit_max)
+                entry["status"] = replica.status.value
+            report.groups[name] = entry
+        return report
+
+    def _stats_payload(self) -> wire.Stats:
+        machine = self.metadata.metadata
+        assert machine is not None
+        state = machine.state
+        streams = state.streams()
+        topics = [t for s in streams for t in s.topics]
+        partitions = [
+            self.partition_stats(t.stream_id, t.id, p.id) for t in topics for p in t.partitions
+        ]
+        groups = sum(len(state.consumer_groups(t.stream_id, t.id)) for t in topics)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        uptime = time.monotonic() - self.started_at
+        page = os.sysconf("SC_PAGE_SIZE")
+        total_memory = page * os.sysconf("SC_PHYS_PAGES")
+        available = page * os.sysconf("SC_AVPHYS_PAGES")
+        disk = shutil.disk_usage(self.data_dir)
+        return wire.Stats(
+            process_id=os.getpid(),
+            cpu_usage=float(100 * (usage.ru_utime + usage.ru_stime) / max(uptime, 1e-9)),
+            total_cpu_usage=0.0,
+            memory_usage=usage.ru_maxrss * 1024,
+            total_memory=total_memory,
+            available_memory=available,
+            run_time=int(uptime * 1_000_000),
+            start_time=self.started_at_us,
+            read_bytes=self.counters.bytes_received,
+            written_bytes=self.counters.bytes_sent,
+            messages_size_bytes=sum(p.size_bytes for p in partitions),
+            streams_count=len(streams),
+            topics_count=len(topics),
+            partitions_count=len(partitions),
+            segments_count=sum(p.segments_count for p in partitions),
+            messages_count=sum(p.messages_count for p in partitions),
+            clients_count=len(state.sessions()),
+            consumer_groups_count=groups,
+            hostname=socket.gethostname(),
+            os_name=platform.system(),
+            os_version=platform.release(),
+            kernel_version=platform.version(),
+            iggy_server_version=f"viewstream {__version__}",
+            iggy_server_semver=None,
+            cache_metrics=(),
+            threads_count=threading.active_count(),
+            free_disk_space=disk.free,
+            total_disk_space=disk.total,
+        )
+
+    def cluster_metadata(self) -> wire.ClusterMetadata:
+        addresses = self.config.client_addresses or [self.config.address]
+        primary = self.metadata.primary_index
+        nodes = []
+        for index, address in enumerate(addresses):
+            host, port = parse_address(address)
+            if index == self.replica_index and self.address is not None:
+                port = self.address[1]
+            nodes.append(
+                wire.ClusterNode(
+                    name=f"node-{index}",
+                    ip=host,
+                    tcp_port=port,
+                    quic_port=0,
+                    http_port=0,
+                    websocket_port=0,
+                    role=(
+                        wire.ClusterNodeRole.LEADER
+                        if index == primary
+                        else wire.ClusterNodeRole.FOLLOWER
+                    ),
+                    status=wire.ClusterNodeStatus.HEALTHY,
+                )
+            )
+        return wire.ClusterMetadata(name="viewstream", nodes=tuple(nodes))
+
+    # -- requests ---------------------------------------------------------------------------
+
+    async def handle(self, context: ConnectionContext, frame: Frame) -> Response:
+        """Answer one request frame (called in order, one at a time per connection)."""
+        self.counters.requests += 1
+        try:
+            header = frame.request_header()
+        except ProtocolError:
+            client = int.from_bytes(bytes(frame.data[128:144]), "little")
+            return _evict(client, EvictionReason.INVALID_REQUEST_OPERATION)
+        try:
+            validate_request_header(header)
+        except ProtocolError as error:
+            return _protocol_failure(header, error)
+        if header.operation is Operation.NON_REPLICATED and header.code == RUNTIME_STATS_CODE:
+            return await self._runtime_stats(context, header)
+        try:
+            if header.operation is Operation.NON_REPLICATED and header.code == POLL_CLUSTER_CODE:
+                code = CommandCode.POLL_MESSAGES
+            else:
+                code = request_command_code(header)
+        except ProtocolError as error:
+            return _status(header, int(error.code))
+        log.debug("request %d from %x: %s", header.request, header.client, code.name)
+        if code is CommandCode.PING:
+            return _reply(header)
+        try:
+            payload = COMMANDS[code].decode_request(frame.body)
+        except ProtocolError as error:
+            if code is CommandCode.LOGIN_REGISTER:
+                return _evict(header.client, EvictionReason.MALFORMED_LOGIN)
+            return _protocol_failure(header, error)
+        if code is CommandCode.LOGIN_REGISTER:
+            assert isinstance(payload, wire.LoginRegister)
+            return await self._login(context, header, payload)
+        failure = await self._check_session(context, header)
+        if failure is not None:
+            return failure
+        try:
+            return await self._dispatch(context, header, code, payload, frame)
+        except StateError as error:
+            return _status(header, int(error.code))
+
+    async def _check_session(
+        self, context: ConnectionContext, header: RequestHeader
+    ) -> Response | None:
+        if header.session == 0:
+            return _status(header, ErrorCode.UNAUTHENTICATED)
+        # A session is the op of its register: wait until this node has applied it, if
+        # this node has heard of that op at all (a made-up session is not waited for).
+        seen = context.seen.get(METADATA_GROUP, 0)
+        if header.session <= max(self.metadata.known_op, seen):
+            await self._catch_up(self.metadata, header.session)
+        machine = self.metadata.metadata
+        assert machine is not None
+        try:
+            info = machine.state.session(header.session)
+        except StateError:
+            return _evict(header.client, EvictionReason.NO_SESSION)
+        if info.client_id != header.client:
+            return _evict(header.client, EvictionReason.NO_SESSION)
+        context.client_id = header.client
+        context.session = header.session
+        return None
+
+    async def _catch_up(self, host: GroupHost, op: int) -> None:
+        with trio.move_on_after(CATCH_UP_TIMEOUT_S):
+            await host.wait_applied(op)
+
+    async def _login(
+        self, context: ConnectionContext, header: RequestHeader, login: wire.LoginRegister
+    ) -> Response:
+        if not is_protocol_compatible(login.protocol_version):
+            return Response(
+                [
+                    build_eviction_frame(
+                        header.client,
+                        EvictionReason.INCOMPATIBLE_PROTOCOL,
+                        server_protocol_version=PROTOCOL_VERSION,
+                        server_protocol_version_min=PROTOCOL_VERSION_MIN,
+                    )
+                ],
+                close=True,
+            )
+        machine = self.metadata.metadata
+        if machine is None:
+            return _status(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+        if not machine.state.users():
+            # A new cluster whose root user is not committed yet: try again shortly.
+            return _status(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+        try:
+            user = machine.state.user(login.username)
+        except StateError:
+            return _evict(header.client, EvictionReason.INVALID_CREDENTIALS)
+        # scrypt costs tens of milliseconds of CPU: off the event loop.
+        valid = await trio.to_thread.run_sync(verify_password, user.password, login.password)
+        if not valid:
+            return _evict(header.client, EvictionReason.INVALID_CREDENTIALS)
+        if user.status != UserStatus.ACTIVE:
+            return _evict(header.client, EvictionReason.USER_INACTIVE)
+        outcome = await self._submit(
+            self.metadata, header, *encode_command(Register(header.client, user.id))
+        )
+        if isinstance(outcome, Replied):
+            try:
+                wire.split_result(Operation.REGISTER, outcome.body)
+            except wire.ServerRejected as rejected:
+                reason = (
+                    EvictionReason.USER_INACTIVE
+                    if rejected.code == ErrorCode.USER_INACTIVE
+                    else EvictionReason.INVALID_CREDENTIALS
+                )
+                return _evict(header.client, reason)
+            context.client_id = header.client
+            context.session = outcome.op
+            context.seen[METADATA_GROUP] = outcome.op
+        return self._answer(context, self.metadata, header, outcome)
+
+    async def _submit(
+        self,
+        host: GroupHost,
+        header: RequestHeader,
+        operation: int,
+        body: bytes,
+    ) -> Outcome:
+        return await submit_and_wait(
+            host,
+            header.client,
+            header.session if header.operation is not Operation.REGISTER else 0,
+            header.request,
+            operation,
+            body,
+        )
+
+    def _answer(
+        self, context: ConnectionContext, host: GroupHost, header: RequestHeader, outcome: Outcome
+    ) -> Response:
+        if isinstance(outcome, Replied):
+            seen = context.seen.get(host.group_id, 0)
+            context.seen[host.group_id] = max(seen, outcome.op)
+            return Response(
+                [
+                    build_reply_frame(
+                        header,
+                        outcome.body,
+                        op=outcome.op,
+                        commit=outcome.commit,
+                        view=outcome.view & 0xFFFF_FFFF,
+                        replica=self.replica_index,
+                    )
+                ]
+            )
+        if isinstance(outcome, Refused):
+            return _status(header, outcome.status)
+        assert isinstance(outcome, SessionLost)
+        reason = (
+            EvictionReason.NO_SESSION
+            if outcome.error is ClientError.NO_SESSION
+            else EvictionReason.SESSION_ERROR
+        )
+        return _evict(header.client, reason)
+
+    async def _dispatch(
+        self,
+        context: ConnectionContext,
+        header: RequestHeader,
+        code: CommandCode,
+        payload: wire.RequestPayload,
+        frame: Frame,
+    ) -> Response:
+        machine = self.metadata.metadata
+        assert machine is not None
+        state = machine.state
+        session = header.session
+        if header.operation.is_metadata or code is CommandCode.LOGOUT_USER:
+            command: MetadataCommand = (
+                Logout() if code is CommandCode.LOGOUT_USER else metadata_command(code, payload)
+            )
+            denied = state.authorize(command, session)
+            if denied is not None:
+                return _status(header, int(denied))
+            outcome = await self._submit(self.metadata, header, *encode_command(command))
+            if code is CommandCode.LOGOUT_USER and isinstance(outcome, Replied):
+                context.session = 0
+            return self._answer(context, self.metadata, header, outcome)
+        if code is CommandCode.SEND_MESSAGES:
+            assert isinstance(payload, wire.SendMessages)
+            stream_id, topic_id = state.resolve_ids(payload.stream_id.value, payload.topic_id.value)
+            assert topic_id is not None
+            key = (stream_id, topic_id)
+            counter = self._balanced.get(key, 0)
+            route = route_send(state, payload, session, counter)
+            if isinstance(payload.partitioning, wire.Balanced):
+                self._balanced[key] = counter + 1
+            host = self._partition_host(route)
+            outcome = await self._submit(host, header, Operation.SEND_MESSAGES, bytes(frame.body))
+            return self._answer(context, host, header, outcome)
+        if code in (CommandCode.STORE_CONSUMER_OFFSET, CommandCode.DELETE_CONSUMER_OFFSET):
+            assert isinstance(payload, wire.StoreConsumerOffset | wire.DeleteConsumerOffset)
+            route = route_offset(state, payload, session)
+            host = self._partition_host(route)
+            body = resolved_offset_request(payload, route)
+            outcome = await self._submit(host, header, int(header.operation), body)
+            return self._answer(context, host, header, outcome)
+        # Reads: from committed local state, after what this connection already saw.
+        await self._catch_up(self.metadata, context.seen.get(METADATA_GROUP, 0))
+        return await self._read(context, header, code, payload)
+
+    def _partition_host(self, route: PartitionRoute) -> GroupHost:
+        host = self.partitions.get((route.stream_id, route.topic_id, route.partition_id))
+        if host is None:
+            # Committed metadata names it but its group is still opening here.
+            raise StateError(ErrorCode.PARTITION_NOT_FOUND, "partition group not open yet")
+        return host
+
+    async def _read(
+        self,
+        context: ConnectionContext,
+        header: RequestHeader,
+        code: CommandCode,
+        payload: wire.RequestPayload,
+    ) -> Response:
+        machine = self.metadata.metadata
+        assert machine is not None
+        state = machine.state
+        session = header.session
+        stats = self.partition_stats
+        body: bytes
+        if code is CommandCode.POLL_MESSAGES:
+            assert isinstance(payload, wire.PollMessages)
+            try:
+                route = route_poll(state, payload, session)
+            except StateError as error:
+                if (
+                    error.code
+                    in (
+                        ErrorCode.CONSUMER_GROUP_PARTITION_NOT_OWNED,
+                        ErrorCode.CONSUMER_GROUP_MEMBER_NOT_FOUND,
+                    )
+                    and payload.consumer.kind == wire.ConsumerKind.CONSUMER_GROUP
+                ):
+                    # The assignment changed: tell the member to sync and poll again.
+                    parts = wire.poll_reply_parts(POLL_RESYNC_PARTITION, 0, ())
+                    return Response(build_reply_frame_parts(header, parts))
+                raise
+            host = self._partition_host(route)
+            await host.opened.wait()
+            await self._catch_up(host, context.seen.get(host.group_id, 0))
+            await host.wait_journal_readable()
+            partition_machine = host.partition_machine
+            assert partition_machine is not None and route.consumer is not None
+            parts, store = partition_machine.poll(payload, route.consumer)
+            if store is not None:
+                self._auto_commit(host, route, store)
+            return Response(build_reply_frame_parts(header, parts, replica=self.replica_index))
+        if code is CommandCode.GET_CONSUMER_OFFSET:
+            assert isinstance(payload, wire.GetConsumerOffset)
+            route = route_offset(state, payload, session)
+            host = self._partition_host(route)
+            await host.opened.wait()
+            await self._catch_up(host, context.seen.get(host.group_id, 0))
+            partition_machine = host.partition_machine
+            assert partition_machine is not None and route.consumer is not None
+            body = partition_machine.get_consumer_offset(route.consumer)
+        elif code is CommandCode.GET_STREAM:
+            assert isinstance(payload, wire.StreamRef)
+            body = machine.get_stream(payload, session, stats)
+        elif code is CommandCode.GET_STREAMS:
+            body = machine.get_streams(session, stats)
+        elif code is CommandCode.GET_TOPIC:
+            assert isinstance(payload, wire.TopicRef)
+            body = machine.get_topic(payload, session, stats)
+        elif code is CommandCode.GET_TOPICS:
+            assert isinstance(payload, wire.StreamRef)
+            body = machine.get_topics(payload, session, stats)
+        elif code is CommandCode.GET_CONSUMER_GROUP:
+            assert isinstance(payload, wire.GroupRef)
+            body = machine.get_consumer_group(payload, session)
+        elif code is CommandCode.GET_CONSUMER_GROUPS:
+            assert isinstance(payload, wire.TopicRef)
+            body = machine.get_consumer_groups(payload, session)
+        elif code is CommandCode.SYNC_CONSUMER_GROUP:
+            assert isinstance(payload, wire.GroupRef)
+            body = machine.sync_consumer_group(payload, session)
+        elif code is CommandCode.GET_ME:
+            body = machine.get_me(session, TRANSPORT_TCP, context.address)
+        elif code is CommandCode.GET_CLUSTER_METADATA:
+            body = self.cluster_metadata().encode()
+        elif code is CommandCode.GET_STATS:
+            denied = state.permits(session, Action.READ_SERVERS)
+            if denied is not None:
+                return _status(header, int(denied))
+            body = self._stats_payload().encode()
+        else:
+            return _status(header, IggyErrorCode.INVALID_COMMAND)
+        return _reply(header, body, replica=self.replica_index)
+
+    async def _runtime_stats(self, context: ConnectionContext, header: RequestHeader) -> Response:
+        import json
+
+        failure = await self._check_session(context, header)
+        if failure is not None:
+            return failure
+        report = self.runtime_report()
+        body = json.dumps({"node": report.node, "groups": report.groups}).encode()
+        return _reply(header, body, replica=self.replica_index)
+
+
+# -- the ticker -------------------------------------------------------------------------------
+
+TICKS_CATCH_UP_MAX: Final = 10
+"""Ticks delivered at once after the loop stalled; beyond that, time is simply lost."""
+
+
+async def run_ticker(period_s: float, deliver: Callable[[int], None]) -> None:
+    """Call ``deliver(n)`` once per ``period_s`` of trio's clock, forever, without drift.
+
+    Deadlines are computed from the first one, not from when the previous tick ran, so
+    a slow pass does not push every later tick back. If the loop stalled for several
+    periods, the missed ticks are delivered at once (at most ``TICKS_CATCH_UP_MAX``)
+    and the schedule resumes from now.
+    """
+    deadline = trio.current_time()
+    while True:
+        deadline += period_s
+        await trio.sleep_until(deadline)
+        behind = trio.current_time() - deadline
+        missed = int(behind / period_s) if behind > 0 else 0
+        deadline += missed * period_s
+        deliver(1 + min(missed, TICKS_CATCH_UP_MAX))
+
+
+# -- the system client ------------------------------------------------------------------------
+
+
+class SystemClient:
+    """The node's own client: root user creation, auto-commits, purges, session ends.
+
+    One request at a time per group (a client may have one request in flight), request
+    numbers from one counter that only grows, and a session opened by registering as a
+    user that does not exist (the register commits, the client table gets an entry, no
+    user session is created).
+    """
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+        self.client_id = int.from_bytes(os.urandom(16), "little") | 1
+        self.session = 0
+        self._request = 0
+        self._locks: dict[int, trio.Lock] = {}
+        self._register_lock = trio.Lock()
+
+    def _lock(self, group_id: int) -> trio.Lock:
+        lock = self._locks.get(group_id)
+        if lock is None:
+            lock = self._locks[group_id] = trio.Lock()
+        return lock
+
+    async def _ensure_session(self) -> bool:
+        async with self._register_lock:
+            if self.session:
+                return True
+            operation, body = encode_command(Register(self.client_id, SYSTEM_USER_ID))
+            outcome = await submit_and_wait(
+                self._node.metadata, self.client_id, 0, 0, operation, body
+            )
+            if isinstance(outcome, Replied):
+                self.session = outcome.op
+                return True
+            return False
+
+    async def run(self, host: GroupHost, command: MetadataCommand) -> Outcome:
+        operation, body = encode_command(command)
+        return await self._run(host, operation, body)
+
+    async def run_partition(self, host: GroupHost, operation: int, body: bytes) -> Outcome:
+        return await self._run(host, operation, body)
+
+    async def _run(self, host: GroupHost, operation: int, body: bytes) -> Outcome:
+        async with self._lock(host.group_id):
+            for _ in range(2):
+                if not await self._ensure_session():
+                    return Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+                self._request = max(self._request + 1, now_us())
+                outcome = await submit_and_wait(
+                    host, self.client_id, self.session, self._request, operation, body
+                )
+                if not isinstance(outcome, SessionLost):
+                    return outcome
+                self.session = 0  # evicted from a client table: register again
+            return outcome
+
+
+async def submit_and_wait(
+    host: GroupHost,
+    client_id: int,
+    session: int,
+    request: int,
+    operation: int,
+    body: bytes,
+    timeout_s: float = REQUEST_TIMEOUT_S,
+) -> Outcome:
+    """Submit a request to ``host`` and wait (bounded) for its outcome."""
+    waiter = ReplyWaiter()
+    submission = Submission(client_id, session, request, operation, body, now_us(), waiter.deliver)
+    host.submit(submission)
+    with trio.move_on_after(timeout_s):
+        await waiter.event.wait()
+    if waiter.outcome is None:
+        host.abandon(submission)
+        status = (
+            IggyErrorCode.TRANSIENT_NOT_COMMITTED
+            if submission.admitted
+            else IggyErrorCode.TRANSIENT_NOT_ACCEPTED
+        )
+        return Refused(status)
+    return waiter.outcome
+
+
+# -- replies ----------------------------------------------------------------------------------
+
+
+def _reply(header: RequestHeader, body: bytes = b"", *, replica: int = 0) -> Response:
+    return Response([build_reply_frame(header, body, replica=replica)])
+
+
+def _status(header: RequestHeader, status: int) -> Response:
+    log.debug(
+        "request %d (operation %s, code %d): status %d",
+        header.request,
+        header.operation.name,
+        header.code,
+        int(status),
+    )
+    return Response([build_reply_frame(header, status=int(status))])
+
+
+def _evict(client: int, reason: EvictionReason) -> Response:
+    log.info("evicting client %032x: %s", client, reason.name)
+    return Response([build_eviction_frame(client, reason)], close=True)
+
+
+def _protocol_failure(header: RequestHeader, error: ProtocolError) -> Response:
+    """A malformed request costs its sender the connection: an eviction when the error
+    names a reason, else the error code in a reply, then the connection is closed."""
+    if error.eviction is not None:
+        return _evict(header.client, error.eviction)
+    return Response([build_reply_frame(header, status=int(error.code))], close=True)
+
+
+def _plain(counters: NodeCounters) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(counters)

@@ -1,0 +1,357 @@
+"""One group's durable storage on real files: journal, superblock and checkpoints.
+
+Purpose: adapt the segment journal (``journal/``) to what a consensus replica needs
+(``consensus.protocols.Log`` plus the effects of its journal actions), and keep the
+superblock and checkpoint snapshots next to it. The group host (``group.py``) is the only
+caller; every method that blocks on the disk says so and is run in a worker thread.
+
+Layout of a group directory::
+
+    <group dir>/superblock.a|.b         the replica's DurableState (journal.Superblock)
+    <group dir>/checkpoint-<op>.bin     snapshots of WriteCheckpoint, newest two kept
+    <group dir>/journal/<offset>.log    segment journal: one record per op
+    <group dir>/journal/<offset>.index
+
+Record format: a record body is the packed consensus prepare header (136 bytes, with its
+own BLAKE2b checksum and the hash chain) followed by the prepare body (a stamped batch or
+a CBOR command). The journal adds its own xxh3 record checksum around it. Journal
+"offsets" count ops here, one per record (``offset = op - 1``): a control op (a consumer
+offset store) carries no message, and the partition state machine keeps its own index
+from ops to message offsets, so the journal's offset space is the op space.
+
+Invariants:
+
+1. ``read(op)`` sees every appended prepare at once ("read your writes"): appends are
+   written to the page cache synchronously and a small cache holds the newest prepares.
+2. ``sync()`` is the only method that may run in a worker thread while the owner keeps
+   appending and reading (the journal's concurrency contract); ``truncate``,
+   ``write_superblock`` and ``write_checkpoint`` are run only when no sync is in flight.
+3. With ``no_sync`` nothing is ever fsynced: syncs return at once and crash safety is
+   given up for speed, as the operator asked.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from consensus.messages import PREPARE_HEADER, MessageError, Prepare, unpack_prepare_header
+from consensus.protocols import DurableState
+from consensus.replica import decode_snapshot
+from journal import (
+    Journal,
+    JournalConfig,
+    JournalError,
+    Storage,
+    StorageFile,
+    Superblock,
+    SuperblockState,
+)
+from journal.storage import FileStorage
+
+CACHE_PREPARES_MAX: Final = 64
+"""Newest prepares kept in memory per group (the pipeline plus tail reads)."""
+CACHE_BYTES_MAX: Final = 16 * 1024 * 1024
+"""Bytes of prepare bodies kept in memory per group."""
+CHECKPOINTS_KEPT: Final = 2
+"""Checkpoint files kept: the newest, and the one the superblock may still name."""
+
+_CHECKPOINT_PREFIX: Final = "checkpoint-"
+_CHECKPOINT_SUFFIX: Final = ".bin"
+
+
+class _UnsyncedFile:
+    """A file whose ``sync`` does nothing (``--no-sync``)."""
+
+    def __init__(self, inner: StorageFile) -> None:
+        self._inner = inner
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    def size(self) -> int:
+        return self._inner.size()
+
+    def write(self, position: int, buffers: Sequence[bytes | bytearray | memoryview]) -> None:
+        self._inner.write(position, buffers)
+
+    def read_into(self, position: int, buffer: bytearray | memoryview) -> int:
+        return self._inner.read_into(position, buffer)
+
+    def read(self, position: int, size: int) -> bytes:
+        return self._inner.read(position, size)
+
+    def truncate(self, size: int) -> None:
+        self._inner.truncate(size)
+
+    def sync(self) -> None:
+        pass  # --no-sync: the operator gave up crash safety for speed
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class UnsyncedStorage:
+    """A :class:`journal.FileStorage` that never fsyncs files or the directory."""
+
+    def __init__(self, inner: FileStorage) -> None:
+        self._inner = inner
+
+    def names(self) -> list[str]:
+        return self._inner.names()
+
+    def create(self, name: str) -> _UnsyncedFile:
+        return _UnsyncedFile(self._inner.create(name))
+
+    def open(self, name: str) -> _UnsyncedFile:
+        return _UnsyncedFile(self._inner.open(name))
+
+    def remove(self, name: str) -> None:
+        self._inner.remove(name)
+
+    def rename(self, source: str, target: str) -> None:
+        self._inner.rename(source, target)
+
+    def sync_directory(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def _storage(path: Path, *, no_sync: bool) -> tuple[FileStorage, Storage]:
+    files = FileStorage(str(path))
+    return files, (UnsyncedStorage(files) if no_sync else files)
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """What a group's storage held at open: the replica's restart inputs."""
+
+    #: None for a freshly formatted group (no superblock written and an empty journal).
+    durable: DurableState | None
+    #: The snapshot the superblock's checkpoint names (None when the checkpoint is 0).
+    checkpoint: bytes | None
+    #: Ops the journal's recovery found damaged.
+    faulty_ops: tuple[int, ...]
+
+
+class GroupStore:
+    """The journal, superblock and checkpoints of one group; implements ``Log``."""
+
+    def __init__(self, path: Path, *, no_sync: bool, segment_size_bytes: int) -> None:
+        """Open (and recover) the storage in ``path``; blocks on the disk.
+
+        Raises:
+            JournalError: recovery found damage it cannot resolve.
+            OSError: the disk failed.
+        """
+        self.path = path
+        self.no_sync = no_sync
+        path.mkdir(parents=True, exist_ok=True)
+        self._group_files, self._group_storage = _storage(path, no_sync=no_sync)
+        self._journal_files, journal_storage = _storage(path / "journal", no_sync=no_sync)
+        self.journal = Journal.open(
+            journal_storage, JournalConfig(segment_size_bytes_max=segment_size_bytes)
+        )
+        self.superblock = Superblock.open(self._group_storage)
+        self._cache: OrderedDict[int, Prepare] = OrderedDict()
+        self._cache_bytes = 0
+        self._closed = False
+        # Bytes written to the journal since open (for statistics).
+        self.bytes_appended = 0
+
+    # -- recovery ---------------------------------------------------------------------------
+
+    def recovered(self) -> Recovered:
+        """The restart inputs for the replica; blocks on the disk (reads a checkpoint)."""
+        state = self.superblock.state
+        if self.superblock.sequence == 0 and self.journal.op_head == 0:
+            return Recovered(None, None, ())
+        durable = DurableState(
+            view=state.view,
+            log_view=state.log_view,
+            commit=state.commit,
+            checkpoint=state.checkpoint,
+        )
+        checkpoint = None
+        if state.checkpoint > 0:
+            checkpoint = (self.path / _checkpoint_name(state.checkpoint)).read_bytes()
+            try:
+                op = decode_snapshot(checkpoint)[0]
+            except MessageError as error:
+                raise JournalError(f"checkpoint {state.checkpoint} is unreadable") from error
+            if op != state.checkpoint:
+                raise JournalError(f"checkpoint file holds op {op}, not {state.checkpoint}")
+        return Recovered(durable, checkpoint, tuple(self.journal.faulty_ops()))
+
+    # -- Log (consensus.protocols) ----------------------------------------------------------
+
+    def read(self, op: int) -> Prepare | None:
+        cached = self._cache.get(op)
+        if cached is not None:
+            return cached
+        if op < 1 or op > self.journal.op_head or op < self.journal.op_min:
+            return None
+        try:
+            record = self.journal.read_record(op)
+        except JournalError:
+            return None
+        try:
+            header = unpack_prepare_header(record.body, 0)
+        except MessageError:
+            return None
+        if header.op != op:
+            return None
+        # One copy, at the ownership boundary: consensus sends bodies as bytes.
+        return Prepare(header, bytes(record.body[PREPARE_HEADER.size :]))
+
+    def op_max(self) -> int:
+        return self.journal.op_head
+
+    def faulty_ops(self) -> Sequence[int]:
+        return self.journal.faulty_ops()
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def append(self, prepare: Prepare) -> None:
+        """Write ``prepare`` after the head (page cache only; ``sync`` makes it durable)."""
+        header = prepare.header
+        record = header.pack() + prepare.body
+        self.journal.append(
+            record,
+            op=header.op,
+            view=header.view,
+            client_id=header.client_id,
+            request=header.request,
+            offset=header.op - 1,
+            message_count=1,
+            timestamp_us=header.timestamp_us,
+        )
+        self.bytes_appended += len(record)
+        self._remember(prepare)
+
+    def sync(self) -> int:
+        """Group commit: make every append so far durable; returns the op covered.
+
+        Blocks on the disk; runs in a worker thread (see invariant 2).
+        """
+        return self.journal.sync()
+
+    def truncate(self, after_op: int) -> None:
+        """Drop every op above ``after_op``; durable when it returns. Blocks on the disk."""
+        if after_op < self.journal.op_head:
+            head = self.journal.truncate(after_op)
+            assert head == after_op, f"truncated to {head}, wanted {after_op}"
+        for op in [op for op in self._cache if op > after_op]:
+            self._forget(op)
+
+    def write_superblock(self, state: DurableState) -> None:
+        """Persist the replica's durable state. Blocks on the disk."""
+        self.superblock.write(
+            SuperblockState(
+                view=state.view,
+                log_view=state.log_view,
+                commit=max(state.commit, self.superblock.state.commit),
+                checkpoint=state.checkpoint,
+            )
+        )
+        self._remove_old_checkpoints(keep_op=state.checkpoint)
+
+    def write_checkpoint(self, op: int, snapshot: bytes) -> None:
+        """Persist ``snapshot`` as the state after ``op``. Blocks on the disk.
+
+        Ops above ``op`` stay: a primary checkpoints with prepares still in its pipeline,
+        and a replica truncates (``TruncateJournal``) before installing a transferred
+        checkpoint if it must. Only a journal that ends *below* ``op`` (state transfer
+        jumped over ops it never had) is restarted empty, so its next op is ``op + 1``.
+        """
+        name = _checkpoint_name(op)
+        temporary = name + ".tmp"
+        if temporary in self._group_storage.names():
+            self._group_storage.remove(temporary)  # left by a crash mid-write
+        target = self._group_storage.create(temporary)
+        try:
+            target.write(0, [snapshot])
+            target.sync()
+        finally:
+            target.close()
+        self._group_storage.rename(temporary, name)
+        self._group_storage.sync_directory()
+        if self.journal.op_head < op:
+            self._reset_journal()
+
+    def _reset_journal(self) -> None:
+        """Start the journal afresh (state transfer skipped every op it held)."""
+        self.journal.close()
+        self._journal_files.close()
+        shutil.rmtree(self.path / "journal")
+        self._journal_files, journal_storage = _storage(self.path / "journal", no_sync=self.no_sync)
+        self.journal = Journal.open(journal_storage, self.journal.config)
+        for op in list(self._cache):
+            self._forget(op)
+
+    def _remove_old_checkpoints(self, keep_op: int) -> None:
+        names = sorted(
+            n
+            for n in self._group_storage.names()
+            if n.startswith(_CHECKPOINT_PREFIX) and n.endswith(_CHECKPOINT_SUFFIX)
+        )
+        keep = {_checkpoint_name(keep_op)} | set(names[-CHECKPOINTS_KEPT:])
+        for name in names:
+            if name not in keep:
+                self._group_storage.remove(name)
+
+    def close(self) -> None:
+        """Sync everything and release the files. Blocks on the disk."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.journal.close()
+        finally:
+            self._journal_files.close()
+            self._group_files.close()
+
+    def size_bytes(self) -> int:
+        """Bytes in the journal's segments."""
+        return sum(segment.size_bytes for segment in self.journal.segments())
+
+    def segments_count(self) -> int:
+        return len(self.journal.segments())
+
+    # -- cache ------------------------------------------------------------------------------
+
+    def _remember(self, prepare: Prepare) -> None:
+        self._cache[prepare.op] = prepare
+        self._cache_bytes += len(prepare.body)
+        while self._cache and (
+            len(self._cache) > CACHE_PREPARES_MAX or self._cache_bytes > CACHE_BYTES_MAX
+        ):
+            self._forget(next(iter(self._cache)))
+
+    def _forget(self, op: int) -> None:
+        prepare = self._cache.pop(op)
+        self._cache_bytes -= len(prepare.body)
+
+
+def remove_group_dir(path: Path) -> None:
+    """Delete a removed group's directory. Blocks on the disk."""
+    shutil.rmtree(path, ignore_errors=True)
+    parent = path.parent
+    if parent.is_dir():
+        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _checkpoint_name(op: int) -> str:
+    return f"{_CHECKPOINT_PREFIX}{op:020d}{_CHECKPOINT_SUFFIX}"

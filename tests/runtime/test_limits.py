@@ -1,0 +1,312 @@
+"""Limits and bad input against a real node: each costs only its sender, never the node.
+
+The node runs with small limits (set through ``VIEWSTREAM_LIMITS__*``), and every test
+checks, after the abuse, that a well-behaved client on another connection still gets
+answers and that acknowledged data is still there.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from broker.runtime.client import WireClient
+from broker.runtime.config import load_config
+from broker.runtime.connection import Connection
+from broker.runtime.node import ConnectionContext, Response
+from broker.runtime.stats import NodeCounters
+from sdk import wire
+from sdk.wire import (
+    HEADER_SIZE,
+    CommandCode,
+    EvictionReason,
+    Frame,
+    IggyErrorCode,
+    build_reply_frame,
+    build_request_frame,
+)
+from tests.runtime.processes import ROOT_PASSWORD, NodeProcess, start_node
+
+FRAME_MAX = 64 * 1024
+CONNECTIONS_MAX = 6
+IN_FLIGHT_MAX = 2
+IDLE_S = 1.5
+FRAME_READ_S = 1.0
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    data_dir: Path = tmp_path_factory.mktemp("limited") / "data"
+    env = {
+        "VIEWSTREAM_LIMITS__FRAME_SIZE_BYTES_MAX": str(FRAME_MAX),
+        "VIEWSTREAM_LIMITS__CONNECTIONS_MAX": str(CONNECTIONS_MAX),
+        "VIEWSTREAM_LIMITS__REQUESTS_IN_FLIGHT_PER_CONNECTION_MAX": str(IN_FLIGHT_MAX),
+        "VIEWSTREAM_LIMITS__IDLE_TIMEOUT_S": str(IDLE_S),
+        "VIEWSTREAM_LIMITS__FRAME_READ_TIMEOUT_S": str(FRAME_READ_S),
+    }
+    process = start_node(data_dir, env=env)
+    try:
+        with WireClient(process.address) as setup:
+            setup.login("iggy", ROOT_PASSWORD)
+            setup.call(CommandCode.CREATE_STREAM, wire.CreateStream("limits"))
+            setup.call(
+                CommandCode.CREATE_TOPIC,
+                wire.CreateTopic(wire.Identifier("limits"), 1, "t", ()),
+            )
+            _send(setup, [b"kept-1", b"kept-2"])
+        yield process
+    finally:
+        process.kill()
+
+
+def _send(client: WireClient, payloads: list[bytes]) -> None:
+    body = wire.build_send_messages(
+        wire.Identifier("limits"),
+        wire.Identifier("t"),
+        wire.PartitionId(0),
+        [wire.OutgoingMessage(i + 1, p) for i, p in enumerate(payloads)],
+    )
+    client.call(CommandCode.SEND_MESSAGES, wire.SendMessages.decode(body))
+
+
+def _healthy(node: NodeProcess) -> None:
+    """Another client logs in, and the acknowledged messages are all still there."""
+    with WireClient(node.address, timeout_s=5) as client:
+        client.login("iggy", ROOT_PASSWORD)
+        reply = client.call(
+            CommandCode.POLL_MESSAGES,
+            wire.PollMessages(
+                wire.Consumer(wire.ConsumerKind.CONSUMER, wire.Identifier(1)),
+                wire.Identifier("limits"),
+                wire.Identifier("t"),
+                0,
+                wire.PollingStrategy(wire.PollingKind.FIRST, 0),
+                10,
+                False,
+            ),
+        )
+        assert isinstance(reply, wire.PollMessagesReply)
+        assert reply.messages_count >= 2
+
+
+def _read_until_closed(sock: socket.socket, timeout_s: float) -> bytes:
+    sock.settimeout(timeout_s)
+    received = b""
+    while True:
+        data = sock.recv(65536)
+        if not data:
+            return received
+        received += data
+
+
+def _eviction_reason(data: bytes) -> EvictionReason:
+    frame = wire.decode_frame(data[:HEADER_SIZE])
+    assert frame.command is wire.Command.EVICTION
+    return frame.eviction_header().reason
+
+
+def test_frame_above_the_size_limit_is_evicted_and_the_node_serves_others(
+    limited: NodeProcess,
+) -> None:
+    with WireClient(limited.address) as client:
+        client.login("iggy", ROOT_PASSWORD)
+        header = bytearray(HEADER_SIZE)
+        header[:HEADER_SIZE] = build_request_frame(
+            int(CommandCode.PING), b"", client=client.client_id, session=0, request=1
+        )
+        struct.pack_into("<I", header, 48, FRAME_MAX + 1)
+        client.send_frame(header)
+        received = _read_until_closed(client.sock, 5)
+    assert _eviction_reason(received) is EvictionReason.INVALID_REQUEST_BODY_SIZE
+    _healthy(limited)
+
+
+def test_connections_beyond_the_limit_are_closed_at_once(limited: NodeProcess) -> None:
+    clients = []
+    try:
+        # The fixture's probes may still be closing: fill up whatever room is left.
+        for _ in range(CONNECTIONS_MAX * 2):
+            client = WireClient(limited.address, timeout_s=5)
+            try:
+                client.ping()
+            except (ConnectionError, OSError):
+                client.close()
+                break
+            clients.append(client)
+        assert 1 <= len(clients) <= CONNECTIONS_MAX
+        extra = WireClient(limited.address, timeout_s=5)
+        assert _read_until_closed(extra.sock, 5) == b""
+        extra.close()
+        for client in clients:
+            client.ping()  # the ones already in are untouched
+    finally:
+        for client in clients:
+            client.close()
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            _healthy(limited)
+            break
+        except (ConnectionError, OSError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def test_pipelined_requests_beyond_the_in_flight_limit_are_all_answered_in_order(
+    limited: NodeProcess,
+) -> None:
+    with WireClient(limited.address) as client:
+        client.login("iggy", ROOT_PASSWORD)
+        frames = [
+            build_request_frame(
+                int(CommandCode.GET_STREAMS),
+                b"",
+                client=client.client_id,
+                session=client.session,
+                request=1 + i,
+            )
+            for i in range(IN_FLIGHT_MAX * 5)
+        ]
+        client.send_frame(b"".join(frames))
+        answered = []
+        for _ in frames:
+            frame = client.read_frame()
+            assert frame is not None and frame.command is wire.Command.REPLY
+            answered.append(frame.reply_header().request)
+    assert answered == [1 + i for i in range(IN_FLIGHT_MAX * 5)]
+    _healthy(limited)
+
+
+def test_idle_connection_is_closed_after_the_idle_timeout(limited: NodeProcess) -> None:
+    with WireClient(limited.address) as client:
+        client.ping()
+        started = time.monotonic()
+        assert _read_until_closed(client.sock, IDLE_S * 5) == b""
+        assert time.monotonic() - started >= IDLE_S * 0.8
+    _healthy(limited)
+
+
+def test_half_a_header_then_silence_is_dropped_without_disturbing_others(
+    limited: NodeProcess,
+) -> None:
+    with WireClient(limited.address) as slow, WireClient(limited.address) as other:
+        other.login("iggy", ROOT_PASSWORD)
+        slow.send_frame(slow.frame_for(int(CommandCode.PING))[: HEADER_SIZE // 2])
+        started = time.monotonic()
+        other.ping()  # served while the slow client stalls
+        assert _read_until_closed(slow.sock, FRAME_READ_S * 5) == b""
+        elapsed = time.monotonic() - started
+        assert FRAME_READ_S * 0.8 <= elapsed < IDLE_S, elapsed
+        other.ping()
+    _healthy(limited)
+
+
+def test_unknown_header_kind_is_evicted(limited: NodeProcess) -> None:
+    with WireClient(limited.address) as client:
+        frame = client.frame_for(int(CommandCode.PING))
+        frame[60] = 99  # not Request, Reply or Eviction
+        client.send_frame(frame)
+        received = _read_until_closed(client.sock, 5)
+    assert _eviction_reason(received) is EvictionReason.INVALID_REQUEST_OPERATION
+    _healthy(limited)
+
+
+def test_malformed_body_gets_an_error_code_and_the_connection_is_closed(
+    limited: NodeProcess,
+) -> None:
+    with WireClient(limited.address) as client:
+        client.login("iggy", ROOT_PASSWORD)
+        reply = client.call_raw(int(CommandCode.CREATE_STREAM), b"\xff\x00garbage")
+        assert reply.command is wire.Command.REPLY
+        assert reply.reply_header().status != 0
+        assert _read_until_closed(client.sock, 5) == b""
+    _healthy(limited)
+
+
+def test_unknown_command_code_is_answered_with_invalid_command(limited: NodeProcess) -> None:
+    with WireClient(limited.address) as client:
+        client.login("iggy", ROOT_PASSWORD)
+        reply = client.call_raw(9999, b"")
+        assert reply.reply_header().status == IggyErrorCode.INVALID_COMMAND
+        client.ping()  # a well-framed request of an unknown kind keeps the connection
+
+
+def test_batch_with_a_bad_checksum_is_refused_and_nothing_is_stored(
+    limited: NodeProcess,
+) -> None:
+    with WireClient(limited.address) as client:
+        client.login("iggy", ROOT_PASSWORD)
+        body = wire.build_send_messages(
+            wire.Identifier("limits"),
+            wire.Identifier("t"),
+            wire.PartitionId(0),
+            [wire.OutgoingMessage(1, b"tampered")],
+        )
+        body[-1] ^= 0xFF  # flip a payload byte: the frame checksum no longer matches
+        reply = client.call_raw(int(CommandCode.SEND_MESSAGES), body)
+        assert reply.reply_header().status == IggyErrorCode.INVALID_MESSAGE_CHECKSUM
+        client.ping()
+    _healthy(limited)
+
+
+def test_requests_without_a_session_are_refused(limited: NodeProcess) -> None:
+    with WireClient(limited.address) as client:
+        reply = client.call_raw(int(CommandCode.GET_STREAMS))
+        assert reply.reply_header().status == IggyErrorCode.UNAUTHENTICATED
+        client.session = 12345  # a session that does not exist
+        reply = client.call_raw(int(CommandCode.GET_STREAMS))
+        assert reply.command is wire.Command.EVICTION
+        assert reply.eviction_header().reason is EvictionReason.NO_SESSION
+
+
+# -- the connection's in-flight bound, with a node that never answers ------------------------
+
+
+class _StuckNode:
+    """A node stand-in whose answers wait until released."""
+
+    def __init__(self) -> None:
+        self.config = load_config(limits={"requests_in_flight_per_connection_max": 3})
+        self.counters = NodeCounters()
+        self.release = trio.Event()
+        self.handled = 0
+
+    async def handle(self, context: ConnectionContext, frame: Frame) -> Response:
+        self.handled += 1
+        await self.release.wait()
+        return Response([build_reply_frame(frame.request_header())])
+
+
+def test_connection_stops_reading_at_the_in_flight_limit() -> None:
+    trio.run(_stops_reading_at_the_in_flight_limit)
+
+
+async def _stops_reading_at_the_in_flight_limit() -> None:
+    node = _StuckNode()
+    client, server = trio.testing.memory_stream_pair()
+    connection = Connection(node, server, ConnectionContext("memory"))
+    frames = [
+        build_request_frame(int(CommandCode.PING), b"", client=7, session=0, request=1)
+        for _ in range(10)
+    ]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(connection.run)
+        await client.send_all(b"".join(frames))
+        await trio.testing.wait_all_tasks_blocked()
+        # One request in the handler, the rest of the allowance queued, none read beyond.
+        assert connection.statistics() == (3, 3)
+        assert node.handled == 1
+        node.release.set()
+        received = b""
+        while len(received) < HEADER_SIZE * 10:
+            received += await client.receive_some()
+        assert connection.statistics()[0] == 10
+        await client.aclose()
