@@ -362,6 +362,8 @@ class FakeCluster:
         self.in_progress = 0
         self.in_progress_max = 0
         self.crashes = 0
+        #: (client, request) of every request a crash fault hit, in order.
+        self.crashed_requests: list[tuple[int, int]] = []
         self._timers: list[threading.Timer] = []
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -503,6 +505,7 @@ class FakeCluster:
                 if fault.action == "close_before":
                     return False
                 if fault.action == "crash_before":
+                    self.crashed_requests.append((header.client, header.request))
                     self._crash(node, self._group_for(code, payload), fault.delay_s)
                     return False
                 if fault.action == "delay":
@@ -514,6 +517,7 @@ class FakeCluster:
                     return _send(connection, build_eviction_frame(header.client, fault.eviction))
             outcome = self._handle(node, connection_id, header, code, payload, frame.body)
             if fault is not None and fault.action == "crash_after":
+                self.crashed_requests.append((header.client, header.request))
                 self._crash(node, self._group_for(code, payload), fault.delay_s)
                 return False
         if delay:
