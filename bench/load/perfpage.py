@@ -1,0 +1,879 @@
+"""Regenerate ``docs/performance.md``: run every benchmark of the page and write it.
+
+Run: ``python -m bench.load.perfpage`` (about 15 minutes on 2 cores; ``--help`` for the
+options). Every row of the page is one ``viewstream-bench`` command, run ``--runs``
+times (2: the spread shows the noise), each with its own embedded node or cluster and
+fresh data directories; the raw ceiling of the machine is measured in the same
+invocation, and the targets' ratios are computed from these very runs. The reports go to
+``--reports-dir`` (one folder per run, as ``viewstream-bench ... output`` writes them).
+
+The commands are parsed by the CLI's own parser, so a row's command pasted into a shell
+measures the same thing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+from bench.load.ceiling import CeilingResult, FsyncResult, fsync_latency, loopback_ceiling
+
+__all__ = ["CASES", "Case", "main", "render"]
+
+PAGE: Final = Path("docs/performance.md")
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One row: a ``viewstream-bench`` command (without the program name)."""
+
+    key: str
+    section: str
+    argv: tuple[str, ...]
+
+    @property
+    def command(self) -> str:
+        return "viewstream-bench " + shlex.join(self.argv)
+
+
+def _modes_cases(quick: bool) -> list[Case]:
+    cases = []
+    batches = {1: 400, 4: 150, 16: 50} if not quick else {1: 4, 4: 2, 16: 1}
+    producers = (1, 4, 16) if not quick else (1, 4)
+    for mode in ("single", "cluster"):
+        for durability in ("replicated", "persisted"):
+            for n in producers:
+                b = batches[n] if mode == "single" or quick else max(20, batches[n] // 2)
+                argv = (
+                    "-q", "--embedded", mode, "--durability", durability,
+                    "-m", "1000", "-P", "250", "-b", str(b), "pp", "-p", str(n),
+                )  # fmt: skip
+                cases.append(Case(f"pp/{mode}/{durability}/{n}", "modes", argv))
+    return cases
+
+
+def _consumer_cases(quick: bool) -> list[Case]:
+    b = "400" if not quick else "4"
+    cases = []
+    for mode in ("single", "cluster"):
+        for n in (1, 4):
+            argv = (
+                "-q",
+                "--embedded",
+                mode,
+                "-m",
+                "1000",
+                "-P",
+                "250",
+                "-b",
+                b,
+                "pc",
+                "-c",
+                str(n),
+            )
+            cases.append(Case(f"pc/{mode}/{n}", "consumers", argv))
+    return cases
+
+
+def _e2e_cases(quick: bool) -> list[Case]:
+    cases = []
+    for mode, batches in (("single", "200"), ("cluster", "20")):
+        for n in (1, 4):
+            b = batches if not quick else "2"
+            argv = (
+                "-q",
+                "--embedded",
+                mode,
+                "-m",
+                "1000",
+                "-P",
+                "250",
+                "-b",
+                b,
+                "e2e",
+                "-p",
+                str(n),
+            )
+            cases.append(Case(f"e2e/{mode}/{n}", "e2e", argv))
+    return cases
+
+
+def _batch_cases(quick: bool) -> list[Case]:
+    cases = []
+    for per_batch, batches in ((1, 2000), (10, 1000), (100, 400), (1000, 100)):
+        b = str(batches if not quick else 2)
+        argv = (
+            "-q",
+            "--embedded",
+            "single",
+            "-m",
+            "1000",
+            "-P",
+            str(per_batch),
+            "-b",
+            b,
+            "pp",
+            "-p",
+            "1",
+        )
+        cases.append(Case(f"batch/{per_batch}", "batch", argv))
+    return cases
+
+
+def _group_commit_cases(quick: bool) -> list[Case]:
+    cases = []
+    for n, batches in ((1, 400), (16, 50)):
+        b = str(batches if not quick else 2)
+        argv = (
+            "-q", "--embedded", "single", "--durability", "persisted",
+            "-m", "1000", "-P", "250", "-b", b, "bp", "-p", str(n), "-a", "1",
+        )  # fmt: skip
+        cases.append(Case(f"gc/{n}", "group-commit", argv))
+    return cases
+
+
+def all_cases(quick: bool = False) -> list[Case]:
+    return (
+        _modes_cases(quick)
+        + _group_commit_cases(quick)
+        + _consumer_cases(quick)
+        + _e2e_cases(quick)
+        + _batch_cases(quick)
+    )
+
+
+CASES: Final = all_cases()
+
+
+# --- running -----------------------------------------------------------------------------
+
+
+@dataclass
+class Measured:
+    """Every report of the invocation, by case key, and the ceiling runs."""
+
+    reports: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    loopback: dict[str, list[CeilingResult]] = field(default_factory=dict)
+    fsync: dict[str, list[FsyncResult]] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    finished_at: datetime | None = None
+    load_before: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    load_after: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+
+def save_measured(m: Measured, path: Path) -> None:
+    """Everything measured, as JSON (``--from`` renders the page again from it)."""
+    data = {
+        "reports": m.reports,
+        "loopback": {k: [r.to_json() for r in v] for k, v in m.loopback.items()},
+        "fsync": {k: [r.to_json() for r in v] for k, v in m.fsync.items()},
+        "failures": m.failures,
+        "started_at": m.started_at.isoformat(),
+        "finished_at": (m.finished_at or m.started_at).isoformat(),
+        "load_before": list(m.load_before),
+        "load_after": list(m.load_after),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data) + "\n", encoding="utf-8")
+
+
+def load_measured(path: Path) -> Measured:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return Measured(
+        reports=data["reports"],
+        loopback={k: [CeilingResult(**r) for r in v] for k, v in data["loopback"].items()},
+        fsync={k: [FsyncResult(**r) for r in v] for k, v in data["fsync"].items()},
+        failures=data["failures"],
+        started_at=datetime.fromisoformat(data["started_at"]),
+        finished_at=datetime.fromisoformat(data["finished_at"]),
+        load_before=tuple(data["load_before"]),
+        load_after=tuple(data["load_after"]),
+    )
+
+
+def run_case(case: Case, reports_dir: Path | None, charts: bool) -> dict[str, Any]:
+    from bench.cli import build_parser, params_from_args
+    from bench.load.report import build_report, write_report
+    from bench.load.runner import run_benchmark
+
+    params = params_from_args(build_parser().parse_args(list(case.argv)))
+    report = build_report(run_benchmark(params))
+    report["command"] = case.command
+    if reports_dir is not None:
+        write_report(report, reports_dir, charts=charts)
+    return report
+
+
+def measure(
+    cases: Sequence[Case],
+    runs: int,
+    reports_dir: Path | None,
+    *,
+    charts: bool = False,
+    quick: bool = False,
+    echo: Callable[[str], None] = print,
+) -> Measured:
+    measured = Measured(load_before=os.getloadavg())
+    for run in range(runs):
+        for name, connections, count, sync in (
+            ("1 connection", 1, 2 if quick else 2000, False),
+            ("4 connections", 4, 2 if quick else 800, False),
+            ("4 connections, fdatasync each frame", 4, 2 if quick else 200, True),
+        ):
+            echo(f"ceiling {name} (run {run + 1})")
+            result = loopback_ceiling(250_000, connections, count, sync=sync)
+            measured.loopback.setdefault(name, []).append(result)
+        for block in (4096, 250_000):
+            echo(f"fsync {block} B (run {run + 1})")
+            measured.fsync.setdefault(str(block), []).append(
+                fsync_latency(block, 10 if quick else 300)
+            )
+    for case in cases:
+        for run in range(runs):
+            echo(f"{case.command} (run {run + 1}/{runs})")
+            try:
+                report = run_case(case, reports_dir, charts)
+            except Exception as error:  # a mode that does not run is reported, not hidden
+                measured.failures[case.key] = f"{type(error).__name__}: {error}"
+                echo(f"  failed: {measured.failures[case.key]}")
+                break
+            measured.reports.setdefault(case.key, []).append(report)
+    measured.load_after = os.getloadavg()
+    measured.finished_at = datetime.now(UTC)
+    return measured
+
+
+# --- figures -----------------------------------------------------------------------------
+
+
+def _group(report: dict[str, Any], name: str) -> dict[str, Any]:
+    for group in report["group_metrics"]:
+        if group["group"] == name:
+            return dict(group)
+    raise KeyError(name)
+
+
+def _figure(report: dict[str, Any], group: str, what: str) -> float:
+    g = _group(report, group)
+    if what == "mbps":
+        return float(g["total_throughput_megabytes_per_second"])
+    if what == "msgps":
+        return float(g["total_throughput_messages_per_second"])
+    return float(g["average_latency_ms"][what])
+
+
+def _values(m: Measured, key: str, group: str, what: str) -> list[float]:
+    return [_figure(r, group, what) for r in m.reports.get(key, [])]
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _runs(values: Sequence[float], digits: int = 1) -> str:
+    if not values:
+        return "n/a"
+    return " / ".join(f"{v:,.{digits}f}" for v in values)
+
+
+def _server(report: dict[str, Any], key: str) -> float | None:
+    value = report["server_stats"]["totals"].get(key)
+    return None if value is None else float(value)
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value:,.{digits}f}"
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _machine(m: Measured) -> list[str]:
+    from bench.load.params import SdkChoice
+    from bench.load.report import machine_info
+
+    info = machine_info(SdkChoice.OURS)
+    memory = info["memory_bytes"]
+    return [
+        f"- **Machine**: {info['cpu_model']}, {info['cpu_count']} logical CPUs, "
+        f"{(memory or 0) / 2**30:.0f} GiB RAM, {info['os']} {info['kernel']}, "
+        f"Python {info['python']} ({info['python_implementation']}).",
+        "- **Where**: server(s) and load generator on this one machine, over loopback "
+        "(127.0.0.1); each run starts its own node or 3-node cluster with fresh data "
+        "directories in the system temp folder.",
+        f"- **When**: {m.started_at:%Y-%m-%d %H:%M} to "
+        f"{(m.finished_at or m.started_at):%H:%M} UTC; load average "
+        f"{m.load_before[0]:.2f} before, {m.load_after[0]:.2f} after.",
+        "- **Conditions**: the machine is shared with other engineers' test runs, so "
+        "figures are noisy; every row was run twice (both values shown) to make the "
+        "noise visible. The client is one Python process (our SDK on trio, every actor "
+        "on one thread); its CPU use is shown beside each figure.",
+    ]
+
+
+def _modes_table(m: Measured, producers: Sequence[int]) -> list[str]:
+    lines = [
+        "| mode | durability | producers | MB/s (run 1 / run 2) | msg/s (mean) | "
+        "p50 ms | p99 ms | p999 ms | client CPU % | server CPU % | msgs/prepare | "
+        "syncs/msg |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for mode, label in (("single", "one node"), ("cluster", "3 nodes")):
+        for durability in ("replicated", "persisted"):
+            for n in producers:
+                key = f"pp/{mode}/{durability}/{n}"
+                reports = m.reports.get(key, [])
+                if not reports:
+                    why = m.failures.get(key, "not run")
+                    lines.append(
+                        f"| {label} | {durability} | {n} | not measured: {why} |" + " |" * 8
+                    )
+                    continue
+                lines.append(
+                    f"| {label} | {durability} | {n} | "
+                    f"{_runs(_values(m, key, 'producers', 'mbps'))} | "
+                    f"{_fmt(_mean(_values(m, key, 'producers', 'msgps')), 0)} | "
+                    f"{_runs(_values(m, key, 'producers', 'p50'), 2)} | "
+                    f"{_runs(_values(m, key, 'producers', 'p99'), 2)} | "
+                    f"{_runs(_values(m, key, 'producers', 'p999'), 2)} | "
+                    f"{_runs([r['client']['cpu_percent'] for r in reports], 0)} | "
+                    f"{_runs([_server(r, 'cpu_percent') or 0.0 for r in reports], 0)} | "
+                    f"{_fmt(_server(reports[0], 'messages_per_prepare'))} | "
+                    f"{_fmt(_server(reports[0], 'syncs_per_message'), 4)} |"
+                )
+    return lines
+
+
+def _simple_table(
+    m: Measured, keys: Sequence[tuple[str, str]], group: str, header: str
+) -> list[str]:
+    lines = [
+        f"| {header} | MB/s (run 1 / run 2) | p50 ms | p99 ms | client CPU % | server CPU % |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for key, label in keys:
+        reports = m.reports.get(key, [])
+        if not reports:
+            lines.append(f"| {label} | not measured: {m.failures.get(key, 'not run')} | | | | |")
+            continue
+        lines.append(
+            f"| {label} | {_runs(_values(m, key, group, 'mbps'))} | "
+            f"{_runs(_values(m, key, group, 'p50'), 2)} | "
+            f"{_runs(_values(m, key, group, 'p99'), 2)} | "
+            f"{_runs([r['client']['cpu_percent'] for r in reports], 0)} | "
+            f"{_runs([_server(r, 'cpu_percent') or 0.0 for r in reports], 0)} |"
+        )
+    return lines
+
+
+def _group_commit_table(m: Measured) -> list[str]:
+    lines = [
+        "| producers | MB/s (run 1 / run 2) | p50 ms | p99 ms | syncs/msg | prepares/sync | "
+        "server CPU % |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n in (1, 16):
+        key = f"gc/{n}"
+        reports = m.reports.get(key, [])
+        if not reports:
+            lines.append(f"| {n} | not measured: {m.failures.get(key, 'not run')} | | | | | |")
+            continue
+        per_sync = [d.get("prepares_per_sync") for d in reports[0]["server_stats"]["delta"]]
+        lines.append(
+            f"| {n} | {_runs(_values(m, key, 'producers', 'mbps'))} | "
+            f"{_runs(_values(m, key, 'producers', 'p50'), 2)} | "
+            f"{_runs(_values(m, key, 'producers', 'p99'), 2)} | "
+            f"{_runs([_server(r, 'syncs_per_message') or 0.0 for r in reports], 4)} | "
+            f"{_fmt(next((v for v in per_sync if v is not None), None), 2)} | "
+            f"{_runs([_server(r, 'cpu_percent') or 0.0 for r in reports], 0)} |"
+        )
+    return lines
+
+
+def _ceiling_table(m: Measured) -> list[str]:
+    lines = [
+        "| raw path (250 KB frames, lock-step) | MB/s (run 1 / run 2) | p50 ms | p99 ms |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, results in m.loopback.items():
+        lines.append(
+            f"| loopback socket to a file, {name} | "
+            f"{_runs([r.megabytes_per_second for r in results])} | "
+            f"{_runs([r.p50_ms for r in results], 3)} | {_runs([r.p99_ms for r in results], 3)} |"
+        )
+    lines += ["", "| fsync | p50 ms (run 1 / run 2) | p99 ms | max ms |", "|---|---:|---:|---:|"]
+    for block, syncs in m.fsync.items():
+        lines.append(
+            f"| append {int(block):,} B + fdatasync | {_runs([r.p50_ms for r in syncs], 2)} | "
+            f"{_runs([r.p99_ms for r in syncs], 2)} | {_runs([r.max_ms for r in syncs], 2)} |"
+        )
+    return lines
+
+
+def targets(m: Measured) -> list[tuple[str, float | None, float, str]]:
+    """``(target, measured ratio, required, how)`` for issue 8's four targets."""
+
+    def mean_mbps(key: str, group: str = "producers") -> float | None:
+        return _mean(_values(m, key, group, "mbps"))
+
+    ceiling = _mean([r.megabytes_per_second for r in m.loopback.get("4 connections", [])])
+    single4 = mean_mbps("pp/single/replicated/4")
+    cluster4 = mean_mbps("pp/cluster/replicated/4")
+    persisted16 = mean_mbps("pp/single/persisted/16")
+    persisted1 = mean_mbps("pp/single/persisted/1")
+    shared16 = mean_mbps("gc/16")
+    shared1 = mean_mbps("gc/1")
+    consumer1 = mean_mbps("pc/single/1", "consumers")
+    producer1 = mean_mbps("pp/single/replicated/1")
+    return [
+        (
+            "one node, replicated, 4 producers, 1 KB x 250 ≥ ½ raw ceiling (4 connections)",
+            _ratio(single4, ceiling),
+            0.5,
+            f"{_fmt(single4)} / {_fmt(ceiling)} MB/s",
+        ),
+        (
+            "3 nodes replicated ≥ ½ one node (4 producers)",
+            _ratio(cluster4, single4),
+            0.5,
+            f"{_fmt(cluster4)} / {_fmt(single4)} MB/s",
+        ),
+        (
+            "persisted, 16 producers ≥ 5 x 1 producer, one partition (group commit; one node)",
+            _ratio(shared16, shared1),
+            5.0,
+            f"{_fmt(shared16)} / {_fmt(shared1)} MB/s",
+        ),
+        (
+            "the same with a partition per producer (pinned; one node)",
+            _ratio(persisted16, persisted1),
+            5.0,
+            f"{_fmt(persisted16)} / {_fmt(persisted1)} MB/s",
+        ),
+        (
+            "warm pinned consumer ≥ pinned producer (1 actor, one node, replicated)",
+            _ratio(consumer1, producer1),
+            1.0,
+            f"{_fmt(consumer1)} / {_fmt(producer1)} MB/s",
+        ),
+    ]
+
+
+def render(m: Measured, *, runs: int, quick: bool = False) -> str:
+    """The page, from the measurements (the prose is in ``_prose``)."""
+    producers = (1, 4, 16) if not quick else (1, 4)
+    lines = [
+        "# Performance",
+        "",
+        "<!-- Generated by `python -m bench.load.perfpage`; edit bench/load/perfpage.py, "
+        "not this file. -->",
+        "",
+        "Every figure on this page comes from one run of",
+        "",
+        "```",
+        "python -m bench.load.perfpage",
+        "```",
+        "",
+        f"which ran each `viewstream-bench` command listed at the bottom {runs} time(s), "
+        "each against its own freshly started node or 3-node cluster, measured the raw "
+        "ceiling of the machine in the same invocation, and wrote this page. Throughput "
+        "is user data (payloads) in MB = 10^6 bytes per second; latencies are per batch, "
+        "in milliseconds, averaged over the actors as iggy-bench does (see "
+        "[Metrics](#metrics)).",
+        "",
+        "## Machine and conditions",
+        "",
+        *_machine(m),
+        "",
+        "## Targets (issue 8), from this run",
+        "",
+        "| target | measured | required | met |",
+        "|---|---:|---:|---|",
+    ]
+    for name, ratio, required, how in targets(m):
+        met = "n/a" if ratio is None else ("yes" if ratio >= required else "**no**")
+        lines.append(f"| {name} | {_fmt(ratio, 2)}x ({how}) | {required:g}x | {met} |")
+    lines += [
+        "",
+        "## The raw ceiling of this machine",
+        "",
+        *_ceiling_table(m),
+        "",
+        "## Producers: modes x durability x producers",
+        "",
+        "`pinned-producer`: each producer sends lock-step (one batch in flight) to its own "
+        "stream (one partition), 1000-byte messages, 250 per batch.",
+        "",
+        *_modes_table(m, producers),
+        "",
+        "## Group commit (persisted, one partition)",
+        "",
+        "`balanced-producer` with one partition: every producer writes the same "
+        "partition, so batches of several producers can share one fsync. One node, "
+        "persisted.",
+        "",
+        *_group_commit_table(m),
+        "",
+        "## Consumers (warm)",
+        "",
+        "`pinned-consumer`: each consumer polls 250 messages at a time by offset from "
+        "its own stream, which the bench wrote just before the measured run (so the data "
+        "is in the page cache: warm). Latency is the poll call.",
+        "",
+        *_simple_table(
+            m,
+            [
+                ("pc/single/1", "one node, 1 consumer"),
+                ("pc/single/4", "one node, 4 consumers"),
+                ("pc/cluster/1", "3 nodes, 1 consumer"),
+                ("pc/cluster/4", "3 nodes, 4 consumers"),
+            ],
+            "consumers",
+            "consumers",
+        ),
+        "",
+        "## End-to-end latency",
+        "",
+        "`end-to-end-producing-consumer`: each actor sends a batch of 250 x 1000 B, then "
+        "polls until it has read it back; latency is now minus the first message's "
+        "origin timestamp (send + commit + poll).",
+        "",
+        *_simple_table(
+            m,
+            [
+                ("e2e/single/1", "one node, 1 actor"),
+                ("e2e/single/4", "one node, 4 actors"),
+                ("e2e/cluster/1", "3 nodes, 1 actor"),
+                ("e2e/cluster/4", "3 nodes, 4 actors"),
+            ],
+            "producing_consumers",
+            "actors",
+        ),
+        "",
+        "## Batch size against latency",
+        "",
+        "One producer, one node, replicated, 1000-byte messages; only the batch length changes.",
+        "",
+        "| messages per batch | MB/s (run 1 / run 2) | msg/s (mean) | p50 ms | p99 ms | "
+        "client CPU % |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for per_batch in (1, 10, 100, 1000):
+        key = f"batch/{per_batch}"
+        reports = m.reports.get(key, [])
+        if not reports:
+            lines.append(
+                f"| {per_batch} | not measured: {m.failures.get(key, 'not run')} | | | | |"
+            )
+            continue
+        lines.append(
+            f"| {per_batch} | {_runs(_values(m, key, 'producers', 'mbps'))} | "
+            f"{_fmt(_mean(_values(m, key, 'producers', 'msgps')), 0)} | "
+            f"{_runs(_values(m, key, 'producers', 'p50'), 3)} | "
+            f"{_runs(_values(m, key, 'producers', 'p99'), 3)} | "
+            f"{_runs([r['client']['cpu_percent'] for r in reports], 0)} |"
+        )
+    lines += ["", "## What the figures say", "", *_prose(m), ""]
+    lines += _metrics_section()
+    lines += ["", *_reference_section()]
+    lines += [
+        "",
+        "## Commands",
+        "",
+        "Each row above is one of these (run "
+        f"{runs} time(s)); `-q` only turns the live display off.",
+        "",
+        "```",
+    ]
+    lines += [case.command for case in all_cases(quick)]
+    lines += ["```", ""]
+    if m.failures:
+        lines += ["## Not measured", ""]
+        lines += [f"- `{key}`: {why}" for key, why in sorted(m.failures.items())]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _prose(m: Measured) -> list[str]:
+    """The explanations, with this run's numbers in them."""
+
+    def mbps(key: str, group: str = "producers") -> float | None:
+        return _mean(_values(m, key, group, "mbps"))
+
+    def p50(key: str, group: str = "producers") -> float | None:
+        return _mean(_values(m, key, group, "p50"))
+
+    def client_cpu(key: str) -> float | None:
+        return _mean([r["client"]["cpu_percent"] for r in m.reports.get(key, [])])
+
+    def server_cpu(key: str) -> float | None:
+        return _mean([_server(r, "cpu_percent") or 0.0 for r in m.reports.get(key, [])])
+
+    def syncs(key: str) -> float | None:
+        return _mean([_server(r, "syncs_per_message") or 0.0 for r in m.reports.get(key, [])])
+
+    ceiling1 = _mean([r.p50_ms for r in m.loopback.get("1 connection", [])])
+    ceiling4 = _mean([r.megabytes_per_second for r in m.loopback.get("4 connections", [])])
+    ceiling4_p50 = _mean([r.p50_ms for r in m.loopback.get("4 connections", [])])
+    fsync4k = _mean([r.p50_ms for r in m.fsync.get("4096", [])])
+    lat1 = p50("batch/1")
+    lat1000 = p50("batch/1000")
+    per_message_us = (
+        (lat1000 - lat1) / 999 * 1000 if lat1 is not None and lat1000 is not None else None
+    )
+    per_batch_ms = per_message_us * 250 / 1000 if per_message_us is not None else None
+    s1, s4, s16 = (mbps(f"pp/single/replicated/{n}") for n in (1, 4, 16))
+    q1, q4, q16 = (p50(f"pp/single/replicated/{n}") for n in (1, 4, 16))
+    p1, p16 = mbps("pp/single/persisted/1"), mbps("pp/single/persisted/16")
+    g1, g16 = mbps("gc/1"), mbps("gc/16")
+    c4 = mbps("pp/cluster/replicated/4")
+    e2e_cluster = p50("e2e/cluster/1", "producing_consumers")
+    e2e_single = p50("e2e/single/1", "producing_consumers")
+    load = max(m.load_before[0], m.load_after[0])
+    return [
+        "**Per-operation cost.** A lock-step producer's latency is the cost of one "
+        "operation when nothing waits in front of it. With one message per batch a send "
+        f"takes {_fmt(lat1, 3)} ms at the median, while a raw 250 KB loopback round trip "
+        f"takes {_fmt(ceiling1, 3)} ms: the fixed cost of a request is Python work on both "
+        "ends (framing, checksums, one consensus round, the journal append, the reply), "
+        "not moving bytes. From 1 to 1000 messages per batch the median grows by about "
+        f"{_fmt(per_message_us, 1)} µs per message, so batching spreads the fixed cost "
+        "over the messages: throughput rises with the batch length much faster than "
+        "latency does. That per-message cost is also why the first target is missed: "
+        f"250 messages cost about {_fmt(per_batch_ms, 2)} ms of per-message work per "
+        f"batch, against {_fmt(ceiling4_p50, 2)} ms for the raw path to move the same "
+        f"250 KB ({_fmt(ceiling4)} MB/s with 4 connections); the raw path does no "
+        "per-message work at all.",
+        "",
+        "**Queueing.** With more producers the server has more batches than it can take "
+        "at once, and the extra latency is waiting, not slower operations: on one node "
+        f"(replicated) the median goes {_fmt(q1, 2)} → {_fmt(q4, 2)} → {_fmt(q16, 2)} ms "
+        f"at 1, 4 and 16 producers while throughput goes {_fmt(s1)} → {_fmt(s4)} → "
+        f"{_fmt(s16)} MB/s. Once throughput stops growing, each added producer adds its "
+        "batch's service time to everyone's wait (Little's law: latency ≈ producers / "
+        "throughput in batches per second).",
+        "",
+        "**Who is saturated.** The server runs one event loop (plus fsync threads) and "
+        "the load generator is one Python thread. At 4 producers on one node the client "
+        f"used {_fmt(client_cpu('pp/single/replicated/4'), 0)}% of a core and the server "
+        f"{_fmt(server_cpu('pp/single/replicated/4'), 0)}%, yet throughput no longer "
+        "grew: neither process had a core to itself. The machine has 2 cores and other "
+        f"engineers' test runs were using them (load average up to {load:.1f} during this "
+        "run), so both sides spent time waiting for a CPU. These figures are a floor for "
+        "this code, not its capacity; a CPU column near 100% would mean that side is the "
+        "limit.",
+        "",
+        "**Replicated against persisted.** `persisted` acknowledges a batch only after "
+        f"an fdatasync, and one fdatasync takes {_fmt(fsync4k, 2)} ms at the median on this "
+        "disk. A lock-step producer therefore pays one sync per batch "
+        f"({_fmt(p1)} MB/s for one pinned producer). With pinned producers each partition "
+        "has one batch in flight, so each sync still covers one batch (`syncs/msg` = "
+        f"{_fmt(syncs('pp/single/persisted/16'), 4)} = 1/250 at 16 producers); the gain to "
+        f"{_fmt(p16)} MB/s comes from sixteen partitions syncing in parallel. Group commit "
+        "proper shows with one shared partition: sixteen producers reach "
+        f"{_fmt(g16)} MB/s against {_fmt(g1)} MB/s for one, with `syncs/msg` "
+        f"{_fmt(syncs('gc/16'), 4)} (several batches per fsync).",
+        "",
+        "**Warm consumers.** A pinned consumer's poll of 250 messages takes "
+        f"{_fmt(p50('pc/single/1', 'consumers'), 2)} ms at the median on one node, and one "
+        f"consumer reads {_fmt(mbps('pc/single/1', 'consumers'))} MB/s against "
+        f"{_fmt(s1)} MB/s for one producer. The read path does less on the server (no "
+        "consensus round, no journal write) but more in the client, which decodes every "
+        "message into a Python object: the client's CPU is the higher of the two in the "
+        "consumer table. Whether the consumer beats the producer depends on which side "
+        "got more of the shared cores during the run; compare the two runs of each row.",
+        "",
+        "**One node against three.** In a 3-node cluster every batch is also written by "
+        "two backups and committed once one of them acknowledges; here all three nodes "
+        "and the load generator share the same two cores, so the cluster figure "
+        f"({_fmt(c4)} MB/s at 4 producers) measures three processes sharing two cores as "
+        "much as replication. On separate machines the backups' work would not take CPU "
+        "from the primary.",
+        "",
+        "**End-to-end latency on three nodes.** On one node a producing consumer reads "
+        f"its batch back {_fmt(e2e_single, 1)} ms (median) after stamping it; on three "
+        f"nodes it takes {_fmt(e2e_cluster, 1)} ms. The send itself is acknowledged in a "
+        "few milliseconds (see the producer table); it is the poll issued right after it "
+        "that the cluster holds for about 500 ms, which is the primary's idle commit "
+        "heartbeat (50 ticks of 10 ms): the node answering the poll waits until it has "
+        "applied the op, and a backup learns the commit from the next prepare or that "
+        "heartbeat. This is a latency of the broker's read path, not of the bench; with "
+        "several actors other actors' prepares carry the commit sooner, hence the lower "
+        "figure at 4 actors.",
+        "",
+        "**Noise.** The two runs of a row differ by what the machine was doing at the "
+        "time; treat differences between rows smaller than the spread between runs as "
+        "noise.",
+    ]
+
+
+def _metrics_section() -> list[str]:
+    return [
+        "## Metrics",
+        "",
+        "- **Latency of a batch**: producer, the send call (from handing the batch to "
+        "the SDK to the acknowledgement); consumer of `pc`/`bcg`, the poll call; consumer "
+        "of `ppc`/`bpcg` and producing consumers (`e2e`, `e2ecg`), now minus the first "
+        "polled message's origin timestamp (end to end).",
+        "- **pXX**: linear interpolation between the closest ranks of an actor's sorted "
+        "batch latencies; the group figure is the mean of its actors' (iggy-bench's "
+        "definition). **avg**, **median**: over the raw latencies. **min, max, std dev**: "
+        "over the raw latencies (iggy-bench takes these over its time series).",
+        "- **MB/s**: an actor's user-data bytes (payloads, 10^6 per MB) over its measured "
+        "time; a group's is the sum over its actors. **msg/s** likewise.",
+        "- **client CPU %**: user + system CPU time of the bench process over the wall "
+        "time of the load, in percent of one core (`resource.getrusage`). **server CPU "
+        "%**: the same for the server processes, read from `/proc`, summed over nodes.",
+        "- **msgs/prepare**, **syncs/msg**: from the server's per-group counters "
+        "(`viewstream stats`), differences over the run: messages per replicated "
+        "prepare, and journal sync rounds per message.",
+        "- The full schema of `report.json` is in `bench/load/report.py`; "
+        "`viewstream-bench compare A.json B.json` prints the ratios between two runs.",
+    ]
+
+
+def _reference_section() -> list[str]:
+    """How to run ``viewstream-bench`` (static text, kept next to the generator)."""
+    return [
+        "## viewstream-bench",
+        "",
+        "The shape and the option names are iggy-bench's, so a command reads the same "
+        "against Apache Iggy:",
+        "",
+        "```",
+        "viewstream-bench [GLOBAL OPTIONS] <kind> [KIND OPTIONS] [tcp [--server-address A]",
+        "                 [output [-o DIR] [--identifier ID] [--remark TEXT] [--open-charts]]]",
+        "viewstream-bench compare A.json B.json     # ratios B/A of every group metric",
+        "viewstream-bench examples                  # example commands",
+        "```",
+        "",
+        "| kind | alias | actors |",
+        "|---|---|---|",
+        "| `pinned-producer` | `pp` | producers, each to its own stream, partition 0 |",
+        "| `pinned-consumer` | `pc` | consumers, each polling its own stream by offset; "
+        "the bench writes the data first (not measured) |",
+        "| `pinned-producer-and-consumer` | `ppc` | both at once; consumer latency end to end |",
+        "| `balanced-producer` | `bp` | producers over all partitions of the streams "
+        "(balanced partitioning) |",
+        "| `balanced-consumer-group` | `bcg` | consumers as members of consumer groups "
+        "(`next` + auto-commit); data written first |",
+        "| `balanced-producer-and-consumer-group` | `bpcg` | both at once |",
+        "| `end-to-end-producing-consumer` | `e2e` | each actor sends a batch, then polls "
+        "it back |",
+        "| `end-to-end-producing-consumer-group` | `e2ecg` | the same, polling as group "
+        "members (one partition per member) |",
+        "",
+        "| global option | default | meaning |",
+        "|---|---|---|",
+        "| `-m, --message-size` | 1000 | payload bytes per message, or a range `200..500` |",
+        "| `-P, --messages-per-batch` | 1000 | or a range |",
+        "| `-b, --message-batches` | 1000 | batches per actor |",
+        "| `-T, --total-data` | | user bytes for all actors (`10GB`), instead of `-b` |",
+        "| `-r, --rate-limit` | none | aggregate bytes/s (`100MB`), split over the actors |",
+        "| `-w, --warmup-time` | 0s | each actor runs this long before it records |",
+        "| `-t, --sampling-time` | 10ms | time-series bucket |",
+        "| `-W, --moving-average-window` | 20 | buckets in the throughput moving average |",
+        "| `-u, --username`, `-p, --password` | iggy / iggy | credentials |",
+        "| `--durability` | replicated | the bench topics' `durability` (`persisted`: "
+        "acknowledged after fsync) |",
+        "| `--reuse-streams` | off | keep existing bench streams (pp, bp, pc, bcg) |",
+        "| `--embedded single\\|cluster` | off | start a node or a 3-node cluster "
+        "(`viewstream serve`, 127.0.0.1, fresh temp data dirs) and stop it after |",
+        "| `--sdk ours\\|official` | ours | drive the load with our SDK (trio) or the "
+        "official `apache-iggy` (asyncio) |",
+        "| `--seed`, `--poll-interval`, `-q` | 42, 0.5ms, off | payload seed, wait after "
+        "an empty poll, no live display |",
+        "",
+        "Kind options (each kind offers those it uses): `-p/--producers` (8), "
+        "`-c/--consumers` (8), `-s/--streams` (pinned: one per actor; balanced: 1), "
+        "`-a/--partitions` (pinned: 1; balanced: 24; e2ecg: one per member), "
+        "`-g/--consumer-groups` (1), `-R/--read-amplification` (1.05), "
+        "`-T/--max-topic-size`, `-e/--message-expiry`. Transport: `tcp "
+        "--server-address HOST:PORT[,HOST:PORT...]` (default 127.0.0.1:8090).",
+        "",
+        "While it runs it shows a progress bar per role (batches, MB/s); then a "
+        "throughput table and a latency table per group, a table per actor, the client's "
+        "CPU and the servers' counters. With `output`, a folder per run under the "
+        "output directory, named like iggy-bench's "
+        "(`<kind>_<actors>_<size>_<batch>_<volume>_tcp_<cpu>_<mode>_<durability>_<sdk>`), "
+        "holds `report.json` and `throughput`, `latency` and `latency_distribution` "
+        "charts as PNG and as self-contained HTML.",
+        "",
+        "`report.json` (schema `viewstream-bench/1`): `uuid`, `timestamp`, `params` "
+        "(every option and the derived counts), `machine` (host, CPU, memory, kernel, "
+        "Python, SDK), `cluster` (embedded mode, addresses, server pids), `client` (CPU "
+        "seconds and percent of a core during the load, `saturated` above 90%), "
+        "`server_stats` (`before`/`after`: each node's `GET_STATS` and per-group "
+        "counters; `delta` per node: commit rounds/s, messages per prepare, syncs per "
+        "message, prepares per sync, CPU %; `totals`), `group_metrics[]` (per group: "
+        "total and average MB/s and msg/s, `average_latency_ms` and `pooled_latency_ms` "
+        "with p50 … p9999, avg, median, min, max, std_dev, the latency distribution and "
+        "the time series), `individual_metrics[]` (per actor, with `throughput_mb_ts`, "
+        "`throughput_msg_ts`, `latency_ts`) and `warnings[]`.",
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.load.perfpage", description="Regenerate docs/performance.md."
+    )
+    parser.add_argument("--runs", type=int, default=2, help="runs of each row (default: 2)")
+    parser.add_argument("--output", type=Path, default=PAGE, help="the page (default: %(default)s)")
+    parser.add_argument(
+        "--reports-dir",
+        type=Path,
+        default=None,
+        help="keep every run's report folder here (default: performance_results/perfpage-<time>)",
+    )
+    parser.add_argument("--charts", action="store_true", help="write charts with each report")
+    parser.add_argument(
+        "--only", default=None, help="run only the rows whose key starts with this (pp/, pc/ ...)"
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny runs (to test the page)")
+    parser.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        default=None,
+        help="render the page again from a measured.json an earlier run wrote (no runs)",
+    )
+    args = parser.parse_args(argv)
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    reports_dir = args.reports_dir or Path("performance_results") / f"perfpage-{stamp}"
+    started = time.monotonic()
+    if args.source is not None:
+        measured = load_measured(args.source)
+        reports_dir = args.source.parent
+    else:
+        cases = [
+            c for c in all_cases(args.quick) if args.only is None or c.key.startswith(args.only)
+        ]
+        measured = measure(cases, args.runs, reports_dir, charts=args.charts, quick=args.quick)
+        save_measured(measured, reports_dir / "measured.json")
+    page = render(measured, runs=args.runs, quick=args.quick)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(page, encoding="utf-8")
+    print(
+        f"wrote {args.output} in {time.monotonic() - started:.0f} s "
+        f"({platform.node()}); reports in {reports_dir}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

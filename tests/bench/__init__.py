@@ -1,0 +1,1 @@
+"""Tests of viewstream-bench (bench/cli.py and bench/load/)."""
