@@ -112,6 +112,12 @@ class Config(BaseSettings):
     segment_size_bytes: int = Field(
         1 << 30, ge=1 << 20, le=1 << 30, description="Segment roll size."
     )
+    tls_cert_file: Path | None = Field(
+        None,
+        description="PEM certificate chain of the client listener; with `tls_key_file` "
+        "the listener speaks TLS only (off by default).",
+    )
+    tls_key_file: Path | None = Field(None, description="PEM private key matching `tls_cert_file`.")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     limits: Limits = Field(default_factory=Limits)
     config_file: Path | None = Field(
@@ -155,7 +161,17 @@ class Config(BaseSettings):
             raise ValueError("cluster_secret is required when replicas lists several nodes")
         if self.cluster_secret is not None and len(self.cluster_secret.get_secret_value()) < 16:
             raise ValueError("cluster_secret must be at least 16 characters")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file are set together or not at all")
+        for name in ("tls_cert_file", "tls_key_file"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"{name}: {path} is not a file")
         return self
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self.tls_cert_file is not None
 
     @property
     def replica_count(self) -> int:

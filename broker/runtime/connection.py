@@ -18,6 +18,9 @@ Invariants:
    with an eviction naming the reason, then the connection is closed. None of this
    touches other connections or any group.
 
+With TLS configured the stream is a trio ``SSLStream``: its handshake is bounded by
+``frame_read_timeout_s`` and a failed one ends the connection before any frame.
+
 Theory of operation: a reader task feeds a ``FrameDecoder`` and passes whole frames to
 the handler through an unbounded channel whose occupancy a semaphore bounds; the handler
 awaits the node's answer, writes it with one gathered ``sendmsg`` per batch of parts, and
@@ -222,9 +225,11 @@ class Connection:
         counters = self._node.counters
         stream = self._stream
         if not isinstance(stream, trio.SocketStream):
-            for part in pending:
-                await stream.send_all(part)
-                counters.bytes_sent += part.nbytes
+            # TLS (or a test's memory stream): one write per reply, so one TLS record
+            # batch rather than one per part.
+            data = pending[0] if len(pending) == 1 else b"".join(pending)
+            await stream.send_all(data)
+            counters.bytes_sent += len(data)
             return
         sock = stream.socket
         while pending:
@@ -237,16 +242,33 @@ class Connection:
                 pending[0] = pending[0][sent:]
 
 
-async def serve_connection(node: Node, stream: trio.SocketStream) -> None:
-    """Serve one accepted client connection until it ends."""
+async def serve_connection(node: Node, stream: trio.abc.Stream) -> None:
+    """Serve one accepted client connection (plain TCP or TLS) until it ends."""
     if not node.connection_opened():
         await trio.aclose_forcefully(stream)
         return
+    transport = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
     try:
-        peer = stream.socket.getpeername()
+        assert isinstance(transport, trio.SocketStream)
+        peer = transport.socket.getpeername()
         address = f"{peer[0]}:{peer[1]}"
     except OSError:
         address = "unknown"
+    if isinstance(stream, trio.SSLStream):
+        # The handshake is bounded like a frame: a client that connects and stalls, or
+        # speaks plain TCP to a TLS listener, costs only its own connection.
+        handshake_ok = False
+        with trio.move_on_after(node.config.limits.frame_read_timeout_s):
+            try:
+                await stream.do_handshake()
+                handshake_ok = True
+            except _LINK_ERRORS as error:
+                log.info("dropping %s: TLS handshake failed: %s", address, error)
+        if not handshake_ok:
+            node.counters.connections_dropped += 1
+            node.connection_closed(ConnectionContext(address))
+            await trio.aclose_forcefully(stream)
+            return
     context = ConnectionContext(address)
     connection = Connection(node, stream, context)
     node.open_connections.add(connection)

@@ -16,18 +16,27 @@ Invariants:
    be applied locally before it is judged, so a read on a backup sees the writes it was
    acknowledged ("read your writes" per connection).
 3. Passwords are verified against scrypt hashes in a worker thread and never logged or
-   stored in clear; the root password is hashed before it is proposed.
+   stored in clear; every new password (the root's, CREATE_USER's, CHANGE_PASSWORD's) is
+   hashed here with a fresh salt before it is proposed, so only the hash is replicated.
 4. The node's own requests (the root user, auto-commit offsets, purges, ending the
    session of a closed connection) go through a system client with its own client id and
    session, one request at a time per group, so the client tables stay exact.
 5. Shutdown order: stop accepting, let connections finish the request in hand, stop the
    groups, sync and close every journal.
+6. A connection acts for another session only after ATTACH_CONSUMER_SESSION named a live
+   session of the same user and client id, once this node applied the metadata op the
+   route was given at; it then uses that session for partition requests (group
+   membership), and its own rights, which are the same user's.
 
 Theory of operation: ``run`` opens the metadata group first (recovering and replaying
 it), which reconciles the partition groups after every applied op; then it starts the
 ticker (a fixed-rate schedule on trio's clock, so it never drifts), the replica bus (in a
-cluster) and the client listener. ``handle`` is called by a connection task for each
-frame, in order, and returns the reply frame(s).
+cluster) and the client listener (TLS when configured). ``handle`` is called by a
+connection task for each frame, in order, and returns the reply frame(s). In a cluster an
+auto-commit poll or an offset write from the official SDK is routed (POLL_ROUTING,
+CONSUMER_OFFSET_ROUTING) to the partition group's primary, where the client attaches its
+session and polls (POLL_PRIMARY); a primary that lost its role answers
+TransientNotAccepted and the client routes again.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ import resource
 import secrets
 import shutil
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -68,7 +78,7 @@ from broker.runtime.group import (
 from broker.runtime.stats import NodeCounters, StatsReport, group_report
 from broker.runtime.store import remove_group_dir
 from broker.state.codec import encode_command
-from broker.state.credentials import hash_password, verify_password
+from broker.state.credentials import PasswordHash, hash_password, verify_password
 from broker.state.errors import ErrorCode, StateError
 from broker.state.metadata import (
     SESSIONS_MAX,
@@ -77,6 +87,7 @@ from broker.state.metadata import (
     EndSession,
     Logout,
     MetadataCommand,
+    MetadataState,
     PartitionRef,
     Register,
     UserStatus,
@@ -85,11 +96,15 @@ from broker.state.permissions import Action
 from broker.state.plane import (
     PartitionRoute,
     PartitionStats,
+    change_password_command,
+    check_password,
+    create_user_command,
     metadata_command,
     purge_body,
     resolved_offset_request,
     route_offset,
     route_poll,
+    route_poll_target,
     route_send,
     store_offset_body,
 )
@@ -136,10 +151,8 @@ RUNTIME_STATS_CODE: Final = 9000
 """A non-replicated command code of ours: the per-group counters as JSON (Iggy lets a
 server decide about codes it does not define; the official SDK sends such codes through
 ``send_binary_request``)."""
-POLL_CLUSTER_CODE: Final = 103
-"""What the official 0.9.0 SDK sends instead of POLL_MESSAGES (100) for a poll with
-auto-commit once cluster metadata lists more than one node: the same request body, the
-same reply (observed on the wire; ``sdk.wire`` does not name the code yet)."""
+SALT_SIZE_BYTES: Final = 16
+"""Bytes of OS randomness drawn for each new password hash (on the node that proposes it)."""
 POLL_RESYNC_PARTITION: Final = 0xFFFF_FFFF
 """A poll reply for this partition id tells a consumer-group member to re-sync."""
 TRANSPORT_TCP: Final = 1
@@ -169,6 +182,10 @@ class ConnectionContext:
     address: str
     client_id: int = 0
     session: int = 0
+    #: The session this connection acts for in partition requests, once the client
+    #: attached it (ATTACH_CONSUMER_SESSION): the session it holds on its coordinator
+    #: node, whose consumer-group memberships its polls and offset writes use.
+    attached_session: int = 0
     #: The highest op of each group this connection was answered with.
     seen: dict[int, int] = field(default_factory=dict)
 
@@ -356,12 +373,18 @@ class Node:
                 await self._bootstrap_alone()
             nursery.start_soon(self._ticker)
             nursery.start_soon(self._maintenance)
-            listeners = await trio.open_tcp_listeners(port, host=host)
-            bound = listeners[0].socket.getsockname()
+            tls = self._tls_context()
+            sockets = await trio.open_tcp_listeners(port, host=host)
+            bound = sockets[0].socket.getsockname()
             self.address = (bound[0], bound[1])
+            listeners: list[trio.abc.Listener[trio.abc.Stream]] = list(sockets)
+            if tls is not None:
+                listeners = [
+                    trio.SSLListener(listener, tls, https_compatible=False) for listener in sockets
+                ]
             listen_scope = trio.CancelScope()
             nursery.start_soon(self._serve, listeners, listen_scope)
-            log.info("serving clients on %s:%d", bound[0], bound[1])
+            log.info("serving clients on %s:%d%s", bound[0], bound[1], " (TLS)" if tls else "")
             task_status.started(self.address)
             await self._shutdown.wait()
             await self._stop(listen_scope)
@@ -389,10 +412,29 @@ class Node:
                 await self.bus.close()
             log.info("stopped; every journal synced and closed")
 
-    async def _serve(self, listeners: list[trio.SocketListener], scope: trio.CancelScope) -> None:
+    def _tls_context(self) -> ssl.SSLContext | None:
+        """The client listener's TLS context, or None when TLS is off.
+
+        An unreadable certificate or key is an environment failure with no in-process
+        answer: the node exits naming the settings.
+        """
+        config = self.config
+        if config.tls_cert_file is None or config.tls_key_file is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            context.load_cert_chain(config.tls_cert_file, config.tls_key_file)
+        except (OSError, ssl.SSLError) as error:
+            raise SystemExit(f"tls_cert_file / tls_key_file: cannot load them: {error}") from None
+        return context
+
+    async def _serve(
+        self, listeners: list[trio.abc.Listener[trio.abc.Stream]], scope: trio.CancelScope
+    ) -> None:
         from broker.runtime.connection import serve_connection
 
-        async def accept(stream: trio.SocketStream) -> None:
+        async def accept(stream: trio.abc.Stream) -> None:
             await serve_connection(self, stream)
 
         with scope:
@@ -470,7 +512,7 @@ class Node:
             outcome = await self.system.run(
                 self.metadata, CreateRootUser(self.config.root_username, digest)
             )
-            if isinstance(outcome, Replied) and outcome.body == wire.result_ok():
+            if isinstance(outcome, Replied) and outcome.body[:4] == wire.RESULT_OK:
                 log.info("created the root user %r", self.config.root_username)
                 if generated:
                     self.announce(
@@ -649,10 +691,7 @@ class Node:
         if header.operation is Operation.NON_REPLICATED and header.code == RUNTIME_STATS_CODE:
             return await self._runtime_stats(context, header)
         try:
-            if header.operation is Operation.NON_REPLICATED and header.code == POLL_CLUSTER_CODE:
-                code = CommandCode.POLL_MESSAGES
-            else:
-                code = request_command_code(header)
+            code = request_command_code(header)
         except ProtocolError as error:
             return _status(header, int(error.code))
         log.debug("request %d from %x: %s", header.request, header.client, code.name)
@@ -806,6 +845,12 @@ class Node:
         assert machine is not None
         state = machine.state
         session = header.session
+        if code is CommandCode.CREATE_USER:
+            assert isinstance(payload, wire.CreateUser)
+            return await self._create_user(context, header, payload)
+        if code is CommandCode.CHANGE_PASSWORD:
+            assert isinstance(payload, wire.ChangePassword)
+            return await self._change_password(context, header, payload)
         if header.operation.is_metadata or code is CommandCode.LOGOUT_USER:
             command: MetadataCommand = (
                 Logout() if code is CommandCode.LOGOUT_USER else metadata_command(code, payload)
@@ -831,14 +876,133 @@ class Node:
             return self._answer(context, host, header, outcome)
         if code in (CommandCode.STORE_CONSUMER_OFFSET, CommandCode.DELETE_CONSUMER_OFFSET):
             assert isinstance(payload, wire.StoreConsumerOffset | wire.DeleteConsumerOffset)
-            route = route_offset(state, payload, session)
+            acting = self._acting_session(context, session)
+            if acting is None:
+                return _status(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+            route = route_offset(state, payload, acting)
             host = self._partition_host(route)
             body = resolved_offset_request(payload, route)
             outcome = await self._submit(host, header, int(header.operation), body)
             return self._answer(context, host, header, outcome)
+        if code is CommandCode.ATTACH_CONSUMER_SESSION:
+            assert isinstance(payload, wire.ConsumerSessionAttachment)
+            return await self._attach(context, header, payload)
         # Reads: from committed local state, after what this connection already saw.
         await self._catch_up(self.metadata, context.seen.get(METADATA_GROUP, 0))
+        if code in (CommandCode.POLL_ROUTING, CommandCode.CONSUMER_OFFSET_ROUTING):
+            assert isinstance(payload, wire.PollMessages | wire.GetConsumerOffset)
+            return self._route(header, payload)
         return await self._read(context, header, code, payload)
+
+    # -- users --------------------------------------------------------------------------------
+
+    async def _create_user(
+        self, context: ConnectionContext, header: RequestHeader, request: wire.CreateUser
+    ) -> Response:
+        """Hash the new password here (the node that proposes) with a fresh salt; only the
+        hash enters the command, the log and every replica."""
+        state = self._state()
+        denied = state.permits(header.session, Action.MANAGE_USERS)
+        if denied is not None:
+            return _status(header, int(denied))
+        check_password(request.password)
+        digest = await _hash_new_password(request.password)
+        command = create_user_command(request, digest)
+        denied = state.authorize(command, header.session)
+        if denied is not None:
+            return _status(header, int(denied))
+        outcome = await self._submit(self.metadata, header, *encode_command(command))
+        return self._answer(context, self.metadata, header, outcome)
+
+    async def _change_password(
+        self, context: ConnectionContext, header: RequestHeader, request: wire.ChangePassword
+    ) -> Response:
+        """One's own password, or anyone's with ``manage_users``; the current password is
+        verified against the committed hash, the new one hashed with a fresh salt."""
+        state = self._state()
+        target = state.user(request.user_id.value)
+        actor = state.session(header.session)
+        if target.id != actor.user_id:
+            denied = state.permits(header.session, Action.MANAGE_USERS)
+            if denied is not None:
+                return _status(header, int(denied))
+        valid = await trio.to_thread.run_sync(
+            verify_password, target.password, request.current_password
+        )
+        if not valid:
+            return _status(header, IggyErrorCode.INVALID_CREDENTIALS)
+        check_password(request.new_password)
+        digest = await _hash_new_password(request.new_password)
+        command = change_password_command(request, digest)
+        denied = state.authorize(command, header.session)
+        if denied is not None:
+            return _status(header, int(denied))
+        outcome = await self._submit(self.metadata, header, *encode_command(command))
+        return self._answer(context, self.metadata, header, outcome)
+
+    # -- auto-commit polls and offset writes in a cluster ------------------------------------
+
+    def _acting_session(self, context: ConnectionContext, session: int) -> int | None:
+        """The session partition requests act for: the attached one, or this connection's
+        own. ``None`` when the attached session has ended: the caller refuses with
+        TransientNotAccepted, on which the official SDK routes and attaches again."""
+        attached = context.attached_session
+        if not attached:
+            return session
+        try:
+            self._state().session(attached)
+        except StateError:
+            context.attached_session = 0
+            return None
+        return attached
+
+    def _route(
+        self, header: RequestHeader, request: wire.PollMessages | wire.GetConsumerOffset
+    ) -> Response:
+        """Where an auto-commit poll (103) or an offset write (123) must go: the partition
+        group's primary, and the attachment the client presents there."""
+        state = self._state()
+        if isinstance(request, wire.PollMessages):
+            route = route_poll_target(state, request, header.session)
+        else:
+            route = route_offset(state, request, header.session)
+        host = self._partition_host(route)
+        primary = host.primary_index
+        nodes = self.cluster_metadata().nodes
+        if primary is None or primary >= len(nodes):
+            return _status(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+        attachment = wire.ConsumerSessionAttachment(
+            header.client, header.session, self.metadata.applied_op
+        )
+        body = wire.PollRoute(attachment, nodes[primary]).encode()
+        return _reply(header, body, replica=self.replica_index)
+
+    async def _attach(
+        self,
+        context: ConnectionContext,
+        header: RequestHeader,
+        attachment: wire.ConsumerSessionAttachment,
+    ) -> Response:
+        """Let this connection act for a session of the same user (its coordinator's),
+        once this node has applied the metadata the coordinator routed with."""
+        await self._catch_up(self.metadata, attachment.metadata_op)
+        if self.metadata.applied_op < attachment.metadata_op:
+            return _status(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+        state = self._state()
+        own = state.session(header.session)
+        try:
+            parent = state.session(attachment.session)
+        except StateError:
+            return _status(header, IggyErrorCode.UNAUTHORIZED)
+        if parent.client_id != attachment.client_id or parent.user_id != own.user_id:
+            return _status(header, IggyErrorCode.UNAUTHORIZED)
+        context.attached_session = parent.session
+        return _reply(header, replica=self.replica_index)
+
+    def _state(self) -> MetadataState:
+        machine = self.metadata.metadata
+        assert machine is not None
+        return machine.state
 
     def _partition_host(self, route: PartitionRoute) -> GroupHost:
         host = self.partitions.get((route.stream_id, route.topic_id, route.partition_id))
@@ -860,8 +1024,13 @@ class Node:
         session = header.session
         stats = self.partition_stats
         body: bytes
-        if code is CommandCode.POLL_MESSAGES:
+        if code in (CommandCode.POLL_MESSAGES, CommandCode.POLL_PRIMARY):
             assert isinstance(payload, wire.PollMessages)
+            if code is CommandCode.POLL_PRIMARY:
+                acting = self._acting_session(context, session)
+                if acting is None:
+                    return _status(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+                session = acting
             try:
                 route = route_poll(state, payload, session)
             except StateError as error:
@@ -878,6 +1047,9 @@ class Node:
                     return Response(build_reply_frame_parts(header, parts))
                 raise
             host = self._partition_host(route)
+            if code is CommandCode.POLL_PRIMARY and not host.is_primary:
+                # Routed here by a stale route: the client asks for the route again.
+                return _status(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
             await host.opened.wait()
             await self._catch_up(host, context.seen.get(host.group_id, 0))
             await host.wait_journal_readable()
@@ -916,6 +1088,11 @@ class Node:
         elif code is CommandCode.SYNC_CONSUMER_GROUP:
             assert isinstance(payload, wire.GroupRef)
             body = machine.sync_consumer_group(payload, session)
+        elif code is CommandCode.GET_USER:
+            assert isinstance(payload, wire.UserRef)
+            body = machine.get_user(payload, session)
+        elif code is CommandCode.GET_USERS:
+            body = machine.get_users(session)
         elif code is CommandCode.GET_ME:
             body = machine.get_me(session, TRANSPORT_TCP, context.address)
         elif code is CommandCode.GET_CLUSTER_METADATA:
@@ -938,6 +1115,12 @@ class Node:
         report = self.runtime_report()
         body = json.dumps({"node": report.node, "groups": report.groups}).encode()
         return _reply(header, body, replica=self.replica_index)
+
+
+async def _hash_new_password(password: str) -> PasswordHash:
+    """scrypt with a salt drawn here, off the event loop (it costs tens of milliseconds)."""
+    salt = os.urandom(SALT_SIZE_BYTES)
+    return await trio.to_thread.run_sync(hash_password, password, salt)
 
 
 # -- the ticker -------------------------------------------------------------------------------

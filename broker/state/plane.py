@@ -38,20 +38,23 @@ from typing import Any, Final, TypeVar
 import cbor2
 
 from broker.state.codec import SYSTEM_OPERATIONS, decode_command
-from broker.state.credentials import verify_password
+from broker.state.credentials import PasswordHash, verify_password
 from broker.state.errors import ErrorCode, StateError
 from broker.state.metadata import (
     ApplyContext,
+    ChangePassword,
     ConsumerGroupCreated,
     ConsumerGroupInfo,
     CreateConsumerGroup,
     CreatePartitions,
     CreateStream,
     CreateTopic,
+    CreateUser,
     DeleteConsumerGroup,
     DeletePartitions,
     DeleteStream,
     DeleteTopic,
+    DeleteUser,
     Done,
     JoinConsumerGroup,
     LeaveConsumerGroup,
@@ -70,9 +73,12 @@ from broker.state.metadata import (
     TopicInfo,
     TopicOptions,
     TopicOptionsPatch,
+    UpdatePermissions,
     UpdateStream,
     UpdateTopic,
+    UpdateUser,
     UserCreated,
+    UserInfo,
     UserStatus,
 )
 from broker.state.metadata import Compression as DomainCompression
@@ -92,7 +98,13 @@ from broker.state.partition import (
     SendMessages,
     StoreConsumerOffset,
 )
-from broker.state.permissions import Action
+from broker.state.permissions import (
+    Action,
+    GlobalPermissions,
+    Permissions,
+    StreamPermissions,
+    TopicPermissions,
+)
 from consensus.messages import Prepare
 from consensus.protocols import Log, Prepared, RequestRejected
 from sdk import wire
@@ -155,7 +167,151 @@ def metadata_command(code: CommandCode, payload: wire.RequestPayload) -> Metadat
             return LeaveConsumerGroup(stream_id.value, topic_id.value, group_id.value)
         case CommandCode.LOGOUT_USER, _:
             return Logout()
+        case CommandCode.DELETE_USER, wire.UserRef(user_id):
+            return DeleteUser(user_id.value)
+        case CommandCode.UPDATE_USER, wire.UpdateUser(user_id, username, status, options):
+            _no_user_options(options)
+            return UpdateUser(
+                user_id.value, username, None if status is None else UserStatus(int(status))
+            )
+        case CommandCode.UPDATE_PERMISSIONS, wire.UpdatePermissions(user_id, permissions):
+            return UpdatePermissions(user_id.value, domain_permissions(permissions))
     raise StateError(ErrorCode.INVALID_COMMAND, f"{code!r} is not a metadata command here")
+
+
+# Iggy's bounds on a clear password (``MIN_PASSWORD_LENGTH``/``MAX_PASSWORD_LENGTH``).
+PASSWORD_LENGTH_MIN: Final = 3
+PASSWORD_LENGTH_MAX: Final = 100
+
+
+def check_password(password: str) -> None:
+    """Refuse a new password outside Iggy's length bounds, before anything is hashed.
+
+    Raises:
+        StateError: ``INVALID_PASSWORD``.
+    """
+    if not PASSWORD_LENGTH_MIN <= len(password) <= PASSWORD_LENGTH_MAX:
+        raise StateError(ErrorCode.INVALID_PASSWORD)
+
+
+def create_user_command(request: wire.CreateUser, password: PasswordHash) -> CreateUser:
+    """The ``CreateUser`` to propose once the primary hashed the request's password with a
+    salt it drew: the clear password stays out of the command and so out of the log."""
+    _no_user_options(request.options)
+    return CreateUser(
+        request.username,
+        password,
+        UserStatus(int(request.status)),
+        domain_permissions(request.permissions),
+    )
+
+
+def change_password_command(request: wire.ChangePassword, password: PasswordHash) -> ChangePassword:
+    """The ``ChangePassword`` to propose once the current password was verified and the new
+    one hashed with a fresh salt."""
+    return ChangePassword(request.user_id.value, password)
+
+
+def _no_user_options(options: Sequence[wire.OptionEntry]) -> None:
+    # No user option exists in Iggy 0.9's catalog; a key is refused, as Iggy does.
+    if options:
+        raise StateError(ErrorCode.UNSUPPORTED_OPTION_KEY, options[0].key)
+
+
+def domain_permissions(permissions: wire.Permissions | None) -> Permissions | None:
+    """Wire permissions as the state machine keeps them: entries sorted by id (the wire
+    codec has already refused duplicate ids)."""
+    if permissions is None:
+        return None
+    g = permissions.global_
+    streams = tuple(
+        (
+            s.stream_id,
+            StreamPermissions(
+                manage_stream=s.manage_stream,
+                read_stream=s.read_stream,
+                manage_topics=s.manage_topics,
+                read_topics=s.read_topics,
+                poll_messages=s.poll_messages,
+                send_messages=s.send_messages,
+                topics=tuple(
+                    (
+                        t.topic_id,
+                        TopicPermissions(
+                            t.manage_topic, t.read_topic, t.poll_messages, t.send_messages
+                        ),
+                    )
+                    for t in sorted(s.topics, key=lambda t: t.topic_id)
+                ),
+            ),
+        )
+        for s in sorted(permissions.streams, key=lambda s: s.stream_id)
+    )
+    return Permissions(
+        GlobalPermissions(
+            g.manage_servers,
+            g.read_servers,
+            g.manage_users,
+            g.read_users,
+            g.manage_streams,
+            g.read_streams,
+            g.manage_topics,
+            g.read_topics,
+            g.poll_messages,
+            g.send_messages,
+        ),
+        streams,
+    )
+
+
+def wire_permissions(permissions: Permissions | None) -> wire.Permissions | None:
+    """The inverse of :func:`domain_permissions`."""
+    if permissions is None:
+        return None
+    g = permissions.global_
+    return wire.Permissions(
+        wire.GlobalPermissions(
+            g.manage_servers,
+            g.read_servers,
+            g.manage_users,
+            g.read_users,
+            g.manage_streams,
+            g.read_streams,
+            g.manage_topics,
+            g.read_topics,
+            g.poll_messages,
+            g.send_messages,
+        ),
+        tuple(
+            wire.StreamPermissions(
+                stream_id,
+                s.manage_stream,
+                s.read_stream,
+                s.manage_topics,
+                s.read_topics,
+                s.poll_messages,
+                s.send_messages,
+                tuple(
+                    wire.TopicPermissions(
+                        topic_id, t.manage_topic, t.read_topic, t.poll_messages, t.send_messages
+                    )
+                    for topic_id, t in s.topics
+                ),
+            )
+            for stream_id, s in permissions.streams
+        ),
+    )
+
+
+def _user_info(user: UserInfo) -> wire.UserInfo:
+    return wire.UserInfo(
+        user.id, user.created_at_us, wire.UserStatus(int(user.status)), user.username
+    )
+
+
+def user_details(user: UserInfo) -> wire.UserDetails:
+    """GET_USER / CREATE_USER reply payload (never the password hash)."""
+    return wire.UserDetails(_user_info(user), wire_permissions(user.permissions))
 
 
 def authenticate(state: MetadataState, client_id: int, username: str, password: str) -> Register:
@@ -369,9 +525,8 @@ def metadata_reply(operation: int, result: MetadataResult) -> bytes:
         case Registered(user_id, session):
             reply = wire.LoginRegisterReply(user_id, session, wire.PROTOCOL_VERSION, SERVER_VERSION)
             return wire.result_ok(reply.encode())
-        case UserCreated():
-            # The user-details payload is not in the wire codec yet; success carries none.
-            return wire.result_ok()
+        case UserCreated(user):
+            return wire.result_ok(user_details(user).encode())
 
 
 # =======================================================================================
@@ -490,6 +645,20 @@ class MetadataMachine:
                 return wire.ConsumerGroupAssignment(group.generation, member.partitions).encode()
         return NOT_FOUND
 
+    def get_user(self, request: wire.UserRef, session: int) -> bytes:
+        """A user's details: one's own always, anyone else's with ``read_users``."""
+        found = self._maybe(lambda: self.state.user(request.user_id.value))
+        actor = self.state.session(session)
+        if found is None or found.id != actor.user_id:
+            self._require(session, Action.READ_USERS)
+        if found is None:
+            return NOT_FOUND
+        return user_details(found).encode()
+
+    def get_users(self, session: int) -> bytes:
+        self._require(session, Action.READ_USERS)
+        return wire.Users(tuple(_user_info(u) for u in self.state.users())).encode()
+
     def get_me(self, session: int, transport: int, address: str) -> bytes:
         info = self.state.session(session)
         return wire.ClientInfoDetails(
@@ -527,6 +696,7 @@ class MetadataMachine:
 
 
 _NOT_FOUND_CODES: Final = (
+    ErrorCode.RESOURCE_NOT_FOUND,
     ErrorCode.STREAM_ID_NOT_FOUND,
     ErrorCode.TOPIC_ID_NOT_FOUND,
     ErrorCode.CONSUMER_GROUP_ID_NOT_FOUND,
@@ -595,6 +765,27 @@ def route_poll(state: MetadataState, request: wire.PollMessages, session: int) -
         request.partition_id,
         session,
         owned_only=True,
+    )
+
+
+def route_poll_target(
+    state: MetadataState, request: wire.PollMessages, session: int
+) -> PartitionRoute:
+    """The partition a poll reads, without judging the group assignment: where an
+    auto-commit poll is routed to, the node that serves it judges the assignment.
+
+    Raises:
+        StateError: unknown objects, no permission, or a group member without a
+            partition that owns none.
+    """
+    return _route_owned(
+        state,
+        request.consumer,
+        request.stream_id,
+        request.topic_id,
+        request.partition_id,
+        session,
+        owned_only=False,
     )
 
 

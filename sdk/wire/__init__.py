@@ -31,8 +31,8 @@ Theory of operation, both directions of one connection::
 
 Modules: ``codes`` (numbers), ``header`` (256-byte headers), ``framing`` (frame
 decoder and builders), ``primitives`` (shared encodings), ``batch`` (message batch),
-``system``, ``metadata`` and ``messages`` (payloads), ``commands`` (registry, result
-framing, whole-frame reading), ``errors``.
+``system``, ``metadata``, ``messages`` and ``users`` (payloads), ``commands`` (registry,
+result framing, whole-frame reading), ``errors``.
 """
 
 from sdk.wire._buffer import Buffer
@@ -174,9 +174,28 @@ from sdk.wire.system import (
     ClusterNode,
     ClusterNodeRole,
     ClusterNodeStatus,
+    ConsumerSessionAttachment,
     LoginRegister,
     LoginRegisterReply,
+    PollRoute,
     Stats,
+)
+from sdk.wire.users import (
+    ChangePassword,
+    CreateUser,
+    GlobalPermissions,
+    Permissions,
+    StreamPermissions,
+    TopicPermissions,
+    UpdatePermissions,
+    UpdateUser,
+    UserDetails,
+    UserInfo,
+    UserRef,
+    Users,
+    UserStatus,
+    decode_permissions,
+    encode_permissions,
 )
 
 __all__ = [
@@ -253,6 +272,7 @@ __all__ = [
     "verify_batch",
     # payloads
     "CacheMetric",
+    "ChangePassword",
     "ClientConsumerGroup",
     "ClientInfoDetails",
     "ClusterMetadata",
@@ -265,19 +285,24 @@ __all__ = [
     "ConsumerGroupMember",
     "ConsumerGroups",
     "ConsumerOffsetInfo",
+    "ConsumerSessionAttachment",
     "CreateConsumerGroup",
     "CreateStream",
     "CreateTopic",
+    "CreateUser",
     "DeleteConsumerOffset",
     "Empty",
     "GetConsumerOffset",
+    "GlobalPermissions",
     "GroupRef",
     "LoginRegister",
     "LoginRegisterReply",
     "PartitionInfo",
     "PartitionsChange",
+    "Permissions",
     "PollMessages",
     "PollMessagesReply",
+    "PollRoute",
     "SendConfirmation",
     "SendMessages",
     "SendMessagesReply",
@@ -285,15 +310,26 @@ __all__ = [
     "StoreConsumerOffset",
     "StreamDetails",
     "StreamInfo",
+    "StreamPermissions",
     "StreamRef",
     "Streams",
     "TopicDetails",
     "TopicInfo",
+    "TopicPermissions",
     "TopicRef",
     "Topics",
+    "UpdatePermissions",
     "UpdateStream",
     "UpdateTopic",
+    "UpdateUser",
+    "UserDetails",
+    "UserInfo",
+    "UserRef",
+    "UserStatus",
+    "Users",
     "build_send_messages",
+    "decode_permissions",
+    "encode_permissions",
     "poll_reply_parts",
     "verify_send_messages",
     # registry and whole frames

@@ -76,9 +76,20 @@ from sdk.wire.metadata import (
 from sdk.wire.system import (
     ClientInfoDetails,
     ClusterMetadata,
+    ConsumerSessionAttachment,
     LoginRegister,
     LoginRegisterReply,
+    PollRoute,
     Stats,
+)
+from sdk.wire.users import (
+    ChangePassword,
+    CreateUser,
+    UpdatePermissions,
+    UpdateUser,
+    UserDetails,
+    UserRef,
+    Users,
 )
 
 __all__ = [
@@ -168,6 +179,12 @@ RequestPayload: TypeAlias = (
     | StoreConsumerOffset
     | DeleteConsumerOffset
     | CreateConsumerGroup
+    | ConsumerSessionAttachment
+    | UserRef
+    | CreateUser
+    | UpdateUser
+    | UpdatePermissions
+    | ChangePassword
 )
 
 ReplyPayload: TypeAlias = (
@@ -186,6 +203,9 @@ ReplyPayload: TypeAlias = (
     | ConsumerGroupDetails
     | ConsumerGroups
     | ConsumerGroupAssignment
+    | PollRoute
+    | UserDetails
+    | Users
 )
 
 
@@ -235,9 +255,21 @@ COMMANDS: Final[dict[CommandCode, CommandSpec]] = dict(
         _spec(CommandCode.GET_STATS, Empty, Stats),
         _spec(CommandCode.GET_CLUSTER_METADATA, Empty, ClusterMetadata),
         _spec(CommandCode.GET_ME, Empty, ClientInfoDetails),
+        _spec(CommandCode.ATTACH_CONSUMER_SESSION, ConsumerSessionAttachment),
+        _spec(CommandCode.GET_USER, UserRef, UserDetails, optional=True),
+        _spec(CommandCode.GET_USERS, Empty, Users),
+        _spec(CommandCode.CREATE_USER, CreateUser, UserDetails),
+        _spec(CommandCode.DELETE_USER, UserRef),
+        _spec(CommandCode.UPDATE_USER, UpdateUser),
+        _spec(CommandCode.UPDATE_PERMISSIONS, UpdatePermissions),
+        _spec(CommandCode.CHANGE_PASSWORD, ChangePassword),
         _spec(CommandCode.LOGOUT_USER, Empty),
         _spec(CommandCode.LOGIN_REGISTER, LoginRegister, LoginRegisterReply),
         _spec(CommandCode.POLL_MESSAGES, PollMessages, PollMessagesReply),
+        # In a cluster the official SDK asks its node where an auto-commit poll must go
+        # (103), attaches its session on that partition primary (14) and polls there (104).
+        _spec(CommandCode.POLL_ROUTING, PollMessages, PollRoute),
+        _spec(CommandCode.POLL_PRIMARY, PollMessages, PollMessagesReply),
         # An empty send reply reads as "no confirmations", as the official SDK reads it.
         _spec(CommandCode.SEND_MESSAGES, SendMessages, SendMessagesReply, optional=True),
         _spec(
@@ -245,6 +277,7 @@ COMMANDS: Final[dict[CommandCode, CommandSpec]] = dict(
         ),
         _spec(CommandCode.STORE_CONSUMER_OFFSET, StoreConsumerOffset),
         _spec(CommandCode.DELETE_CONSUMER_OFFSET, DeleteConsumerOffset),
+        _spec(CommandCode.CONSUMER_OFFSET_ROUTING, GetConsumerOffset, PollRoute),
         _spec(CommandCode.GET_STREAM, StreamRef, StreamDetails, optional=True),
         _spec(CommandCode.GET_STREAMS, Empty, Streams),
         _spec(CommandCode.CREATE_STREAM, CreateStream, StreamDetails),

@@ -24,8 +24,8 @@ The login body layout is confirmed by a frame captured from the official 0.9.0 S
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
-from typing import Self
+from dataclasses import dataclass, field
+from typing import Final, Self
 
 from sdk.wire._buffer import Buffer, Reader, Writer
 from sdk.wire._payload import check_count, closed_enum, read_str32, write_str32
@@ -40,8 +40,10 @@ __all__ = [
     "ClusterNode",
     "ClusterNodeRole",
     "ClusterNodeStatus",
+    "ConsumerSessionAttachment",
     "LoginRegister",
     "LoginRegisterReply",
+    "PollRoute",
     "Stats",
 ]
 
@@ -58,7 +60,7 @@ class LoginRegister:
     """
 
     username: str
-    password: str
+    password: str = field(repr=False)
     sdk_name: str = "viewstream"
     sdk_version: str = "0.1.0"
     protocol_version: int = PROTOCOL_VERSION
@@ -209,6 +211,30 @@ class ClusterNode:
     role: ClusterNodeRole
     status: ClusterNodeStatus
 
+    def write(self, writer: Writer) -> None:
+        """Append this node."""
+        write_str32(writer, self.name)
+        write_str32(writer, self.ip)
+        writer.u16(self.tcp_port)
+        writer.u16(self.quic_port)
+        writer.u16(self.http_port)
+        writer.u16(self.websocket_port)
+        writer.u8(self.role)
+        writer.u8(self.status)
+
+    @classmethod
+    def read(cls, reader: Reader) -> Self:
+        """Read one node."""
+        name = read_str32(reader)
+        ip = read_str32(reader)
+        ports = (reader.u16(), reader.u16(), reader.u16(), reader.u16())
+        role = closed_enum(ClusterNodeRole, reader.u8(), "node role")
+        status = closed_enum(ClusterNodeStatus, reader.u8(), "node status")
+        return cls(name, ip, *ports, role, status)
+
+
+_CLUSTER_NODE_MIN_BYTES: Final = 18
+
 
 @dataclass(frozen=True, slots=True)
 class ClusterMetadata:
@@ -223,14 +249,7 @@ class ClusterMetadata:
         write_str32(writer, self.name)
         writer.u32(len(self.nodes))
         for node in self.nodes:
-            write_str32(writer, node.name)
-            write_str32(writer, node.ip)
-            writer.u16(node.tcp_port)
-            writer.u16(node.quic_port)
-            writer.u16(node.http_port)
-            writer.u16(node.websocket_port)
-            writer.u8(node.role)
-            writer.u8(node.status)
+            node.write(writer)
         return writer.getvalue()
 
     @classmethod
@@ -239,17 +258,81 @@ class ClusterMetadata:
         reader = Reader(body)
         name = read_str32(reader)
         count = reader.u32()
-        check_count(count, reader, 18, "cluster nodes")
-        nodes = []
-        for _ in range(count):
-            node_name = read_str32(reader)
-            ip = read_str32(reader)
-            ports = (reader.u16(), reader.u16(), reader.u16(), reader.u16())
-            role = closed_enum(ClusterNodeRole, reader.u8(), "node role")
-            status = closed_enum(ClusterNodeStatus, reader.u8(), "node status")
-            nodes.append(ClusterNode(node_name, ip, *ports, role, status))
+        check_count(count, reader, _CLUSTER_NODE_MIN_BYTES, "cluster nodes")
+        nodes = tuple(ClusterNode.read(reader) for _ in range(count))
         reader.finish("cluster metadata")
-        return cls(name, tuple(nodes))
+        return cls(name, nodes)
+
+
+# --- routing of auto-commit polls and offset writes in a cluster ---------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSessionAttachment:
+    """ATTACH_CONSUMER_SESSION (14) request, 32 bytes: ``[client_id u128][session u64]
+    [metadata_op u64]``.
+
+    It names the session a client holds on the node it first logged in to (its
+    coordinator), so that a second connection, logged in as the same user on a
+    partition's primary, may act for that session (its consumer-group membership).
+    ``metadata_op`` is the coordinator's applied metadata op when it answered the
+    route: the primary waits until it has applied that much before judging the
+    session. The SDK echoes the route's attachment verbatim.
+    """
+
+    client_id: int
+    session: int
+    metadata_op: int
+
+    def write(self, writer: Writer) -> None:
+        """Append the 32 bytes."""
+        writer.u128(self.client_id)
+        writer.u64(self.session)
+        writer.u64(self.metadata_op)
+
+    @classmethod
+    def read(cls, reader: Reader) -> Self:
+        """Read the 32 bytes."""
+        return cls(reader.u128(), reader.u64(), reader.u64())
+
+    def encode(self) -> bytes:
+        """The request body."""
+        writer = Writer()
+        self.write(writer)
+        return writer.getvalue()
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse the request body."""
+        reader = Reader(body)
+        value = cls.read(reader)
+        reader.finish("consumer session attachment")
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class PollRoute:
+    """POLL_ROUTING (103) and CONSUMER_OFFSET_ROUTING (123) reply: the attachment the
+    client presents to the primary, then the primary's node record as in cluster
+    metadata: ``[attachment 32][node]``."""
+
+    attachment: ConsumerSessionAttachment
+    primary: ClusterNode
+
+    def encode(self) -> bytes:
+        """The reply payload."""
+        writer = Writer()
+        self.attachment.write(writer)
+        self.primary.write(writer)
+        return writer.getvalue()
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse the reply payload."""
+        reader = Reader(body)
+        value = cls(ConsumerSessionAttachment.read(reader), ClusterNode.read(reader))
+        reader.finish("poll route")
+        return value
 
 
 @dataclass(frozen=True, slots=True)

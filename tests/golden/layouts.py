@@ -42,6 +42,11 @@ CODE_BY_OPERATION: dict[int, int] = {
     137: 403,
     139: 602,
     140: 603,
+    141: 33,
+    142: 35,
+    143: 34,
+    144: 37,
+    145: 36,
     148: 604,
     149: 605,
     160: 101,
@@ -54,14 +59,25 @@ COMMAND_NAMES: dict[int, str] = {
     1: "PING",
     10: "GET_STATS",
     12: "GET_CLUSTER_METADATA",
+    14: "ATTACH_CONSUMER_SESSION",
     20: "GET_ME",
+    31: "GET_USER",
+    32: "GET_USERS",
+    33: "CREATE_USER",
+    34: "DELETE_USER",
+    35: "UPDATE_USER",
+    36: "UPDATE_PERMISSIONS",
+    37: "CHANGE_PASSWORD",
     39: "LOGOUT_USER",
     40: "LOGIN_REGISTER",
     100: "POLL_MESSAGES",
     101: "SEND_MESSAGES",
+    103: "POLL_ROUTING",
+    104: "POLL_PRIMARY",
     120: "GET_CONSUMER_OFFSET",
     121: "STORE_CONSUMER_OFFSET",
     122: "DELETE_CONSUMER_OFFSET",
+    123: "CONSUMER_OFFSET_ROUTING",
     200: "GET_STREAM",
     201: "GET_STREAMS",
     202: "CREATE_STREAM",
@@ -193,6 +209,38 @@ class Reader:
             raise LayoutError(f"polling strategy kind {kind}")
         return {"kind": kinds[kind], "value": self.u64()}
 
+    def flags(self, count: int) -> list[bool]:
+        out = []
+        for _ in range(count):
+            value = self.u8()
+            if value > 1:
+                raise LayoutError(f"flag byte {value}")
+            out.append(value == 1)
+        return out
+
+    def permissions(self) -> dict[str, Any]:
+        """Ten global flags, then the `[has_next u8]`-linked streams and their topics."""
+        result: dict[str, Any] = {"global": self.flags(10), "streams": []}
+        more = self.flags(1)[0]
+        while more:
+            stream: dict[str, Any] = {"id": self.u32(), "flags": self.flags(6), "topics": []}
+            more_topics = self.flags(1)[0]
+            while more_topics:
+                stream["topics"].append({"id": self.u32(), "flags": self.flags(4)})
+                more_topics = self.flags(1)[0]
+            result["streams"].append(stream)
+            more = self.flags(1)[0]
+        return result
+
+    def optional_permissions(self) -> dict[str, Any] | None:
+        """`[0 u8]` or `[1 u8][len u32][permissions]`."""
+        if not self.flags(1)[0]:
+            return None
+        inner = Reader(self.take(self.u32()))
+        found = inner.permissions()
+        inner.finish()
+        return found
+
     def key_values(self, data: bytes) -> list[dict[str, Any]]:
         """A flat `[kind u8][len u32][data]` list of alternating keys and values."""
         inner = Reader(data)
@@ -322,7 +370,41 @@ def describe_request_body(code: int, body: bytes) -> dict[str, Any]:
         if r.position - start != fields["metadata_length"]:
             raise LayoutError("metadata_length does not cover stream..messages_count")
         fields["batch"] = describe_batch(r, fields["messages_count"])
-    elif code in (120, 121, 122):
+    elif code == 14:
+        fields["client_hex"] = f"{r.u128():032x}"
+        fields["session"] = r.u64()
+        fields["metadata_op"] = r.u64()
+    elif code in (31, 34):
+        fields["user"] = r.identifier()
+    elif code == 32:
+        pass
+    elif code == 33:
+        fields["username"] = r.name()
+        fields["password"] = r.take(r.u8()).decode("utf-8")
+        fields["status"] = r.u8()
+        fields["permissions"] = r.optional_permissions()
+        fields["options"] = r.key_values(r.rest())
+    elif code == 35:
+        fields["user"] = r.identifier()
+        fields["username"] = r.name() if r.flags(1)[0] else None
+        fields["status"] = r.u8() if r.flags(1)[0] else None
+        fields["options"] = r.key_values(r.rest())
+    elif code == 36:
+        fields["user"] = r.identifier()
+        fields["permissions"] = r.optional_permissions()
+    elif code == 37:
+        fields["user"] = r.identifier()
+        fields["current_password"] = r.take(r.u8()).decode("utf-8")
+        fields["new_password"] = r.take(r.u8()).decode("utf-8")
+    elif code in (103, 104):
+        fields["consumer"] = r.consumer()
+        fields["stream"] = r.identifier()
+        fields["topic"] = r.identifier()
+        fields["partition_id"] = r.optional_partition()
+        fields["strategy"] = r.strategy()
+        fields["count"] = r.u32()
+        fields["auto_commit"] = r.u8()
+    elif code in (120, 121, 122, 123):
         fields["consumer"] = r.consumer()
         fields["stream"] = r.identifier()
         fields["topic"] = r.identifier()

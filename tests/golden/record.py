@@ -45,15 +45,20 @@ from apache_iggy import (
     AutoCommit,
     Consumer,
     Durability,
+    GlobalPermissions,
     IggyClient,
     IggyExpiry,
     MaxTopicSize,
     Partitioning,
+    Permissions,
     PollingStrategy,
     ReceiveMessage,
     SendMessage,
+    StreamPermissions,
     TcpConfig,
     TcpReconnectionConfig,
+    TopicPermissions,
+    UserStatus,
 )
 
 from sdk.wire import (
@@ -292,6 +297,8 @@ class Recorder:
         self._connections = 0
         self._op = FIRST_OP
         self.session = FIRST_OP + 1
+        self.request = b""
+        """The request being answered (a reply may echo its client id or session)."""
         self.failure: RecordingError | None = None
 
     async def start(self, listeners: int) -> None:
@@ -365,6 +372,7 @@ class Recorder:
             op = commit = self._op
             if operation == OPERATION_REGISTER:
                 self.session = op
+        self.request = request
         fields = jsonable(plan.fields(self) if callable(plan.fields) else plan.fields)
         frame, built_by = self.build_reply(request, plan, fields, op, commit)
         self.exchanges.append(
@@ -1507,6 +1515,384 @@ async def evicted_login(rec: Recorder) -> None:
     )
 
 
+# Users.
+
+ALICE_PERMS = R.Perms(
+    (False, True, False, True, False, False, False, False, True, False),
+    [
+        R.StreamPerms(
+            STREAM_ID,
+            (False, True, False, False, True, False),
+            [R.TopicPerms(TOPIC_ID, (False, True, True, False)), R.TopicPerms(1, (True,) * 4)],
+        ),
+        R.StreamPerms(4, (True, False, False, False, False, True)),
+    ],
+)
+ALICE = R.User(5, CREATED_AT + 30, 1, "alice", ALICE_PERMS)
+BOB = R.User(6, CREATED_AT + 31, 2, "bob")
+ROOT = R.User(0, CREATED_AT - 1, 1, "iggy")
+
+
+def sdk_permissions(p: R.Perms) -> Permissions:
+    """The SDK's permission objects for a hand-built permission set."""
+    names = (
+        "manage_servers",
+        "read_servers",
+        "manage_users",
+        "read_users",
+        "manage_streams",
+        "read_streams",
+        "manage_topics",
+        "read_topics",
+        "poll_messages",
+        "send_messages",
+    )
+    stream_flags = (
+        "manage_stream",
+        "read_stream",
+        "manage_topics",
+        "read_topics",
+        "poll_messages",
+        "send_messages",
+    )
+    streams = {
+        s.stream_id: StreamPermissions(
+            **dict(zip(stream_flags, s.flags, strict=True)),
+            topics={
+                t.topic_id: TopicPermissions(
+                    **dict(
+                        zip(
+                            ("manage_topic", "read_topic", "poll_messages", "send_messages"),
+                            t.flags,
+                            strict=True,
+                        )
+                    )
+                )
+                for t in s.topics
+            }
+            or None,
+        )
+        for s in p.streams
+    }
+    return Permissions(
+        global_permissions=GlobalPermissions(**dict(zip(names, p.global_flags, strict=True))),
+        streams=streams or None,
+    )
+
+
+def decoded_permissions(sdk: Any) -> Any:
+    """What the SDK decoded, as plain tuples comparable with a hand-built set."""
+    if sdk is None:
+        return None
+    g = sdk.global_permissions
+    global_flags = (
+        g.manage_servers,
+        g.read_servers,
+        g.manage_users,
+        g.read_users,
+        g.manage_streams,
+        g.read_streams,
+        g.manage_topics,
+        g.read_topics,
+        g.poll_messages,
+        g.send_messages,
+    )
+    streams = []
+    for stream_id, s in sorted((sdk.streams or {}).items()):
+        topics = [
+            (topic_id, (t.manage_topic, t.read_topic, t.poll_messages, t.send_messages))
+            for topic_id, t in sorted((s.topics or {}).items())
+        ]
+        flags = (
+            s.manage_stream,
+            s.read_stream,
+            s.manage_topics,
+            s.read_topics,
+            s.poll_messages,
+            s.send_messages,
+        )
+        streams.append((stream_id, flags, topics))
+    return (global_flags, streams)
+
+
+def plain_permissions(p: R.Perms | None) -> Any:
+    if p is None:
+        return None
+    streams = [(s.stream_id, s.flags, [(t.topic_id, t.flags) for t in s.topics]) for s in p.streams]
+    return (p.global_flags, streams)
+
+
+def check_user(prefix: str, sdk: Any, u: R.User, *, details: bool) -> list[str]:
+    status = {1: UserStatus.Active, 2: UserStatus.Inactive}[u.status]
+    checks = [
+        expect(f"{prefix}.id", sdk.id, u.id),
+        expect(f"{prefix}.created_at", sdk.created_at, u.created_at),
+        expect(f"{prefix}.status", sdk.status, status),
+        expect(f"{prefix}.username", sdk.username, u.username),
+    ]
+    if details:
+        checks.append(
+            expect(
+                f"{prefix}.permissions",
+                decoded_permissions(sdk.permissions),
+                plain_permissions(u.permissions),
+            )
+        )
+    return checks
+
+
+def user_reply(code: int, u: R.User) -> Reply:
+    return Reply(code, "user_details", u, R.user_details(u))
+
+
+async def user_management(rec: Recorder) -> None:
+    """An administrator manages users (recorded after the first session, so the frame
+    numbers of everything before stay as they were)."""
+    client = new_client(rec.ports[0])
+    await rec.run("users_connect", "client.connect()", client.connect, [Reply(1, "empty")])
+    await rec.run(
+        "users_login_user",
+        'client.login_user("iggy", "secret")',
+        lambda: client.login_user("iggy", "secret"),
+        login_replies(rec),
+    )
+    perms = sdk_permissions(ALICE_PERMS)
+    await rec.run(
+        "create_user_with_permissions",
+        'client.create_user("alice", "s3cret-A", UserStatus.Active, <ALICE_PERMS>)',
+        lambda: client.create_user("alice", "s3cret-A", UserStatus.Active, perms),
+        [user_reply(33, ALICE)],
+        lambda u: check_user("user", u, ALICE, details=True),
+    )
+    await rec.run(
+        "create_user_plain",
+        'client.create_user("bob", "pw-bob", UserStatus.Inactive)',
+        lambda: client.create_user("bob", "pw-bob", UserStatus.Inactive),
+        [user_reply(33, BOB)],
+        lambda u: check_user("user", u, BOB, details=True),
+    )
+    await rec.run(
+        "create_user_rejected",
+        'client.create_user("bob", "pw-bob")  # committed rejection 46 UserAlreadyExists',
+        lambda: client.create_user("bob", "pw-bob"),
+        [Reply(33, "user_details", None, rejection=46)],
+        expect_error="",
+    )
+    await rec.run(
+        "get_user_by_name",
+        'client.get_user("alice")',
+        lambda: client.get_user("alice"),
+        [user_reply(31, ALICE)],
+        lambda u: check_user("user", u, ALICE, details=True),
+    )
+    await rec.run(
+        "get_user_by_id",
+        "client.get_user(6)",
+        lambda: client.get_user(6),
+        [user_reply(31, BOB)],
+        lambda u: check_user("user", u, BOB, details=True),
+    )
+    await rec.run(
+        "get_user_missing",
+        'client.get_user("nobody")  # empty body = not found',
+        lambda: client.get_user("nobody"),
+        [Reply(31, "empty")],
+        lambda u: [expect("result", u, None)],
+    )
+    everyone = [ROOT, ALICE, BOB]
+    await rec.run(
+        "get_users",
+        "client.get_users()",
+        client.get_users,
+        [Reply(32, "users", everyone, R.users_list(everyone))],
+        lambda us: (
+            [
+                check
+                for i, (got, u) in enumerate(zip(us, everyone, strict=True))
+                for check in check_user(f"users[{i}]", got, u, details=False)
+            ]
+            + [expect("len(users)", len(us), len(everyone))]
+        ),
+    )
+    await rec.run(
+        "get_users_unauthorized",
+        "client.get_users()  # header status 41",
+        client.get_users,
+        [Reply(32, "empty", status=41)],
+        expect_error="",
+    )
+    await rec.run(
+        "update_user",
+        'client.update_user("alice", "alice2", UserStatus.Inactive)',
+        lambda: client.update_user("alice", "alice2", UserStatus.Inactive),
+        [Reply(35, "empty")],
+    )
+    await rec.run(
+        "update_user_nothing",
+        "client.update_user(5)",
+        lambda: client.update_user(5),
+        [Reply(35, "empty")],
+    )
+    await rec.run(
+        "update_permissions",
+        'client.update_permissions("alice2", <ALICE_PERMS>)',
+        lambda: client.update_permissions("alice2", perms),
+        [Reply(36, "empty")],
+    )
+    await rec.run(
+        "update_permissions_none",
+        "client.update_permissions(5, None)",
+        lambda: client.update_permissions(5, None),
+        [Reply(36, "empty")],
+    )
+    await rec.run(
+        "change_password",
+        'client.change_password("alice2", "s3cret-A", "n3w-secret")',
+        lambda: client.change_password("alice2", "s3cret-A", "n3w-secret"),
+        [Reply(37, "empty")],
+    )
+    await rec.run(
+        "delete_user",
+        "client.delete_user(6)",
+        lambda: client.delete_user(6),
+        [Reply(34, "empty")],
+    )
+
+
+# A cluster: auto-commit polls and offset writes go to the partition's primary.
+
+ROUTE_METADATA_OP = 57
+
+
+def three_node_list(recorder: Recorder) -> list[R.Node]:
+    return [
+        R.Node("node-0", HOST, recorder.ports[0], 8080, 3000, 8092, 0, 0),
+        R.Node("node-1", HOST, recorder.ports[1], 8081, 3001, 8093, 1, 0),
+        R.Node("node-2", HOST, recorder.ports[2], 8082, 3002, 8094, 1, 0),
+    ]
+
+
+def route_fields(recorder: Recorder) -> dict[str, Any]:
+    """The route to node-2, naming the session of the client that asked (its client id
+    and session are in the request being answered)."""
+    request = RequestHeader.unpack_from(recorder.request)
+    attachment = R.Attachment(f"{request.client:032x}", request.session, ROUTE_METADATA_OP)
+    return {"attachment": attachment, "primary": three_node_list(recorder)[2]}
+
+
+def route_reply(code: int) -> Reply:
+    def payload(recorder: Recorder) -> bytes:
+        fields = route_fields(recorder)
+        return R.poll_route(fields["attachment"], fields["primary"])
+
+    return Reply(code, "poll_route", route_fields, payload)
+
+
+async def cluster_routing(rec: Recorder) -> None:
+    """A client of a three-node cluster polls with auto-commit and stores offsets."""
+    client = new_client(rec.ports[0])
+    meta = cluster_reply(rec, three_node_list(rec))
+    await rec.run("cluster_connect", "client.connect()", client.connect, [Reply(1, "empty")])
+    await rec.run(
+        "cluster_login_user",
+        'client.login_user("iggy", "secret")  # node-0 leads a three-node cluster',
+        lambda: client.login_user("iggy", "secret"),
+        [LOGIN, meta, meta],
+    )
+    polled = R.poll_reply(1, 599, [POLLED])
+    poll_fields = {"partition_id": 1, "current_offset": 599, "batches": [POLLED]}
+
+    def poll_call() -> Any:
+        return client.poll_messages(
+            STREAM_ID,
+            TOPIC_ID,
+            consumer=Consumer.Single(1),
+            polling_strategy=PollingStrategy.Next(),
+            count=10,
+            auto_commit=True,
+            partition_id=1,
+        )
+
+    call = (
+        f"client.poll_messages({STREAM_ID}, {TOPIC_ID}, consumer=Consumer.Single(1), "
+        "polling_strategy=PollingStrategy.Next(), count=10, auto_commit=True, partition_id=1)"
+    )
+    await rec.run(
+        "poll_auto_commit_routed",
+        call + "  # 103 to node-0, then login, 14 and 104 on node-2",
+        poll_call,
+        [
+            route_reply(103),
+            LOGIN,
+            Reply(14, "empty"),
+            Reply(104, "poll", poll_fields, polled),
+        ],
+        lambda messages: check_polled(messages, POLLED),
+    )
+    check_ports(rec, "poll_auto_commit_routed", [0, 2, 2, 2])
+    await rec.run(
+        "poll_auto_commit_cached_route",
+        call + "  # the route and the primary connection are reused",
+        poll_call,
+        [Reply(104, "poll", poll_fields, polled)],
+        lambda messages: check_polled(messages, POLLED),
+    )
+    check_ports(rec, "poll_auto_commit_cached_route", [2])
+    await rec.run(
+        "poll_primary_refused_reroutes",
+        call + "  # 104 answered with status 58: the SDK asks for the route again",
+        poll_call,
+        [
+            Reply(104, "empty", status=58),
+            route_reply(103),
+            Reply(14, "empty"),
+            Reply(104, "poll", poll_fields, polled),
+        ],
+        lambda messages: check_polled(messages, POLLED),
+    )
+    check_ports(rec, "poll_primary_refused_reroutes", [2, 0, 2, 2])
+    consumer = await rec.run(
+        "cluster_consumer_group_init",
+        'client.consumer_group("workers", "orders", "events", '
+        "auto_commit=AutoCommit.Disabled(), poll_interval=timedelta(milliseconds=100))",
+        lambda: client.consumer_group(
+            "workers",
+            "orders",
+            "events",
+            auto_commit=AutoCommit.Disabled(),
+            poll_interval=datetime.timedelta(milliseconds=100),
+        ),
+        [
+            Reply(200, "stream_details", ORDERS, R.stream_details(ORDERS)),
+            Reply(300, "topic_details", EVENTS, R.topic_details(EVENTS)),
+            Reply(600, "group_details", WORKERS, R.group_details(WORKERS)),
+            Reply(604, "empty"),
+        ],
+    )
+    await rec.run(
+        "store_offset_routed",
+        "consumer.store_offset(41, 1)  # 123 to node-0, then 14 and 121 on node-2",
+        lambda: consumer.store_offset(41, 1),
+        [route_reply(123), Reply(14, "empty"), Reply(121, "empty")],
+    )
+    check_ports(rec, "store_offset_routed", [0, 2, 2])
+    await rec.run(
+        "delete_offset_routed",
+        "consumer.delete_offset(1)  # the cached route",
+        lambda: consumer.delete_offset(1),
+        [Reply(122, "empty")],
+    )
+    check_ports(rec, "delete_offset_routed", [2])
+
+
+def check_ports(rec: Recorder, step: str, listeners: list[int]) -> None:
+    """Each frame of ``step`` arrived on the listener the plan expects."""
+    got = [rec.ports.index(e.port) for e in rec.exchanges if e.step == step]
+    if got != listeners:
+        raise RecordingError(f"{step}: frames arrived on listeners {got}, expected {listeners}")
+    rec.steps[-1].checks.append(f"frames on listeners {listeners}")
+
+
 # Writing the vectors.
 
 
@@ -1516,6 +1902,8 @@ def random_fields(exchange: Exchange, body: dict[str, Any]) -> list[str]:
     code = CODE_BY_OPERATION.get(exchange.request[176])
     if exchange.request[176] == OPERATION_NON_REPLICATED:
         code = struct.unpack_from("<I", exchange.request, 196)[0]
+    if code == 14:
+        fields.append("body.client_hex (the coordinator session's client id, echoed)")
     if code == 101:
         fields.append("batch.origin_timestamp")
         fields.append("batch.messages[*].timestamp_delta")
@@ -1623,11 +2011,13 @@ def write_vectors(rec: Recorder, out: Path) -> None:
 
 async def record() -> Recorder:
     rec = Recorder()
-    await rec.start(listeners=2)
+    await rec.start(listeners=3)
     try:
         await scenario(rec)
         await leader_redirect(rec)
         await evicted_login(rec)
+        await user_management(rec)
+        await cluster_routing(rec)
     finally:
         await rec.stop()
     return rec

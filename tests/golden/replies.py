@@ -135,13 +135,96 @@ class Node:
     status: int
 
 
+def node_record(node: Node) -> bytes:
+    out = long_string(node.name) + long_string(node.ip)
+    out += u16(node.tcp_port) + u16(node.quic_port) + u16(node.http_port)
+    return out + u16(node.websocket_port) + u8(node.role) + u8(node.status)
+
+
 def cluster_metadata(cluster_name: str, nodes: list[Node]) -> bytes:
-    out = long_string(cluster_name) + u32(len(nodes))
-    for node in nodes:
-        out += long_string(node.name) + long_string(node.ip)
-        out += u16(node.tcp_port) + u16(node.quic_port) + u16(node.http_port)
-        out += u16(node.websocket_port) + u8(node.role) + u8(node.status)
+    return long_string(cluster_name) + u32(len(nodes)) + b"".join(node_record(n) for n in nodes)
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """The session a route names: `[client_id u128][session u64][metadata_op u64]`."""
+
+    client_hex: str
+    session: int
+    metadata_op: int
+
+
+def attachment(a: Attachment) -> bytes:
+    return int(a.client_hex, 16).to_bytes(16, "little") + u64(a.session) + u64(a.metadata_op)
+
+
+def poll_route(a: Attachment, primary: Node) -> bytes:
+    """POLL_ROUTING (103) / CONSUMER_OFFSET_ROUTING (123) reply: attachment, then a node."""
+    return attachment(a) + node_record(primary)
+
+
+# Users (docs/protocol.md section 5.14).
+
+
+@dataclass(frozen=True)
+class TopicPerms:
+    topic_id: int
+    flags: tuple[bool, bool, bool, bool]  # manage_topic, read_topic, poll, send
+
+
+@dataclass(frozen=True)
+class StreamPerms:
+    stream_id: int
+    # manage_stream, read_stream, manage_topics, read_topics, poll, send
+    flags: tuple[bool, bool, bool, bool, bool, bool]
+    topics: list[TopicPerms] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Perms:
+    # manage_servers, read_servers, manage_users, read_users, manage_streams,
+    # read_streams, manage_topics, read_topics, poll_messages, send_messages
+    global_flags: tuple[bool, ...]
+    streams: list[StreamPerms] = field(default_factory=list)
+
+
+def _bools(flags: tuple[bool, ...]) -> bytes:
+    return bytes(1 if f else 0 for f in flags)
+
+
+def permissions(p: Perms) -> bytes:
+    """Ten flags, then the linked lists of streams and topics (`[has_next u8]` links)."""
+    out = _bools(p.global_flags) + u8(1 if p.streams else 0)
+    for i, s in enumerate(p.streams):
+        out += u32(s.stream_id) + _bools(s.flags) + u8(1 if s.topics else 0)
+        for j, t in enumerate(s.topics):
+            out += u32(t.topic_id) + _bools(t.flags) + u8(1 if j + 1 < len(s.topics) else 0)
+        out += u8(1 if i + 1 < len(p.streams) else 0)
     return out
+
+
+@dataclass(frozen=True)
+class User:
+    id: int
+    created_at: int
+    status: int
+    username: str
+    permissions: Perms | None = None
+
+
+def user_record(u: User) -> bytes:
+    return u32(u.id) + u64(u.created_at) + u8(u.status) + name(u.username) + u32(0)
+
+
+def user_details(u: User) -> bytes:
+    if u.permissions is None:
+        return user_record(u) + u32(0)
+    block = permissions(u.permissions)
+    return user_record(u) + u8(1) + u32(len(block)) + block
+
+
+def users_list(users: list[User]) -> bytes:
+    return b"".join(user_record(u) for u in users)
 
 
 @dataclass(frozen=True)

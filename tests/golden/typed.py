@@ -19,6 +19,7 @@ from sdk.wire import (
     AckLevel,
     Balanced,
     CacheMetric,
+    ChangePassword,
     ClientConsumerGroup,
     ClientInfoDetails,
     ClusterMetadata,
@@ -33,12 +34,15 @@ from sdk.wire import (
     ConsumerGroups,
     ConsumerKind,
     ConsumerOffsetInfo,
+    ConsumerSessionAttachment,
     CreateConsumerGroup,
     CreateStream,
     CreateTopic,
+    CreateUser,
     DeleteConsumerOffset,
     Empty,
     GetConsumerOffset,
+    GlobalPermissions,
     GroupRef,
     HeaderKind,
     Identifier,
@@ -51,10 +55,12 @@ from sdk.wire import (
     PartitionInfo,
     Partitioning,
     PartitionsChange,
+    Permissions,
     PollingKind,
     PollingStrategy,
     PollMessages,
     PollMessagesReply,
+    PollRoute,
     ReplyPayload,
     RequestPayload,
     SendConfirmation,
@@ -64,15 +70,24 @@ from sdk.wire import (
     StoreConsumerOffset,
     StreamDetails,
     StreamInfo,
+    StreamPermissions,
     StreamRef,
     Streams,
     TopicDetails,
     TopicInfo,
+    TopicPermissions,
     TopicRef,
     Topics,
+    UpdatePermissions,
     UpdateStream,
     UpdateTopic,
+    UpdateUser,
+    UserDetails,
     UserHeader,
+    UserInfo,
+    UserRef,
+    Users,
+    UserStatus,
     build_batch,
     encode_user_headers,
     stamp_batch,
@@ -150,10 +165,64 @@ def outgoing_messages(batch: dict[str, Any]) -> list[OutgoingMessage]:
     ]
 
 
+def _stream_permissions(
+    stream_id: int, flags: list[bool], topics: tuple[TopicPermissions, ...]
+) -> StreamPermissions:
+    names = ("manage_stream", "read_stream", "manage_topics", "read_topics")
+    values = dict(zip((*names, "poll_messages", "send_messages"), flags, strict=True))
+    return StreamPermissions(stream_id, topics=topics, **values)
+
+
+def permissions(fields: dict[str, Any] | None) -> Permissions | None:
+    """From `tests.golden.layouts` (request) or `replies.Perms` via `jsonable` (reply)."""
+    if fields is None:
+        return None
+    hand = "global_flags" in fields  # a hand-built reply value, else a captured request
+    id_key = "stream_id" if hand else "id"
+    topic_key = "topic_id" if hand else "id"
+    streams = tuple(
+        _stream_permissions(
+            s[id_key],
+            s["flags"],
+            tuple(TopicPermissions(t[topic_key], *t["flags"]) for t in s["topics"]),
+        )
+        for s in fields["streams"]
+    )
+    return Permissions(GlobalPermissions(*fields["global_flags" if hand else "global"]), streams)
+
+
 def request_payload(code: int, body: dict[str, Any]) -> RequestPayload:
     """The typed request our decoder must produce for a captured body."""
-    if code in (1, 10, 12, 20, 39, 201):
+    if code in (1, 10, 12, 20, 32, 39, 201):
         return Empty()
+    if code == 14:
+        return ConsumerSessionAttachment(
+            int(body["client_hex"], 16), body["session"], body["metadata_op"]
+        )
+    if code in (31, 34):
+        return UserRef(identifier(body["user"]))
+    if code == 33:
+        return CreateUser(
+            body["username"],
+            body["password"],
+            UserStatus(body["status"]),
+            permissions(body["permissions"]),
+            options(body["options"]),
+        )
+    if code == 35:
+        status = body["status"]
+        return UpdateUser(
+            identifier(body["user"]),
+            body["username"],
+            None if status is None else UserStatus(status),
+            options(body["options"]),
+        )
+    if code == 36:
+        return UpdatePermissions(identifier(body["user"]), permissions(body["permissions"]))
+    if code == 37:
+        return ChangePassword(
+            identifier(body["user"]), body["current_password"], body["new_password"]
+        )
     if code == 40:
         return LoginRegister(
             username=body["username"],
@@ -163,7 +232,7 @@ def request_payload(code: int, body: dict[str, Any]) -> RequestPayload:
             protocol_version=body["protocol_version"],
             context=bytes.fromhex(body["context_hex"]).decode("utf-8"),
         )
-    if code == 100:
+    if code in (100, 103, 104):
         return PollMessages(
             consumer(body["consumer"]),
             identifier(body["stream"]),
@@ -181,7 +250,7 @@ def request_payload(code: int, body: dict[str, Any]) -> RequestPayload:
             body["messages_count"],
             bytes(build_batch(outgoing_messages(body["batch"]))),
         )
-    if code == 120:
+    if code in (120, 123):
         return GetConsumerOffset(
             consumer(body["consumer"]),
             identifier(body["stream"]),
@@ -323,6 +392,10 @@ def stamped_batch(b: dict[str, Any]) -> bytes:
     return bytes(batch)
 
 
+def user_info(u: dict[str, Any]) -> UserInfo:
+    return UserInfo(u["id"], u["created_at"], UserStatus(u["status"]), u["username"])
+
+
 def reply_payload(kind: str, fields: Any) -> ReplyPayload | None:
     """The typed reply for a manifest reply; None for kinds that are not a payload."""
     if kind == "empty":
@@ -392,6 +465,26 @@ def reply_payload(kind: str, fields: Any) -> ReplyPayload | None:
         )
     if kind == "send_confirmations":
         return SendMessagesReply(tuple(SendConfirmation(*e) for e in fields["entries"]))
+    if kind == "poll_route":
+        a = fields["attachment"]
+        node = fields["primary"]
+        return PollRoute(
+            ConsumerSessionAttachment(int(a["client_hex"], 16), a["session"], a["metadata_op"]),
+            ClusterNode(
+                node["name"],
+                node["ip"],
+                node["tcp_port"],
+                node["quic_port"],
+                node["http_port"],
+                node["websocket_port"],
+                ClusterNodeRole(node["role"]),
+                ClusterNodeStatus(node["status"]),
+            ),
+        )
+    if kind == "user_details":
+        return UserDetails(user_info(fields), permissions(fields["permissions"]))
+    if kind == "users":
+        return Users(tuple(user_info(u) for u in fields))
     if kind == "poll":
         records = tuple(stamped_batch(b) for b in fields["batches"])
         count = sum(len(b["messages"]) for b in fields["batches"])

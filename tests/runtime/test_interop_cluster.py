@@ -245,6 +245,142 @@ def test_cluster_sdk_end_to_end_through_a_backup(cluster: Cluster) -> None:
     assert found["stats"].partitions_count >= 3
 
 
+def _offset_request(stream: str, partition: int, consumer: wire.Consumer) -> bytes:
+    return wire.GetConsumerOffset(
+        consumer, wire.Identifier(stream), wire.Identifier("t"), partition
+    ).encode()
+
+
+def test_cluster_sdk_auto_commit_poll_is_routed_to_the_partition_primary(
+    cluster: Cluster,
+) -> None:
+    """poll_messages(auto_commit=True) against three nodes: the SDK asks its node for the
+    route (103), logs in on the partition's primary, attaches its session (14) and polls
+    there (104); the offset it auto-commits is what the next Next poll continues from.
+    The three partitions have their primaries spread over the nodes, so at least one
+    route leads away from the node the client is on."""
+
+    async def scenario() -> dict[int, list[list[int]]]:
+        client = IggyClient(cluster.address(2))
+        await client.connect()
+        await client.login_user("iggy", ROOT_PASSWORD)
+        await client.create_stream("ac")
+        await client.create_topic("ac", "t", 3)
+        for partition in range(3):
+            await client.send_messages(
+                "ac",
+                "t",
+                Partitioning.partition_id(partition),
+                [SendMessage(f"p{partition}-{i}".encode()) for i in range(3)],
+            )
+        polled: dict[int, list[list[int]]] = {}
+        for partition in range(3):
+            offsets = []
+            for _ in range(2):
+                messages = await client.poll_messages(
+                    "ac",
+                    "t",
+                    consumer=Consumer.Single(7),
+                    polling_strategy=PollingStrategy.Next(),
+                    count=2,
+                    auto_commit=True,
+                    partition_id=partition,
+                )
+                offsets.append([m.offset() for m in messages])
+                # Auto-commit is asynchronous (Iggy's NoAck path): wait until the stored
+                # offset is visible before the next poll continues from it.
+                last = offsets[-1][-1]
+                request = _offset_request(
+                    "ac", partition, wire.Consumer(wire.ConsumerKind.CONSUMER, wire.Identifier(7))
+                )
+                deadline = time.monotonic() + 15
+                while True:
+                    raw = await client.send_binary_request(120, request)
+                    if raw and wire.ConsumerOffsetInfo.decode(raw).stored_offset == last:
+                        break
+                    assert time.monotonic() < deadline, "the auto-commit never landed"
+                    await asyncio.sleep(0.05)
+            polled[partition] = offsets
+        return polled
+
+    found = run(scenario(), timeout_s=120)
+    assert found == {p: [[0, 1], [2]] for p in range(3)}
+
+
+def test_cluster_sdk_group_consumer_with_auto_commit_keeps_its_progress(cluster: Cluster) -> None:
+    """A consumer-group member with the SDK's default auto-commit (on every poll, and on
+    an interval through the offset route 123) reads each message once, and a second
+    member joining later continues where the first one's commits left off."""
+
+    async def scenario() -> tuple[list[bytes], list[bytes]]:
+        client = IggyClient(cluster.address(0))
+        await client.connect()
+        await client.login_user("iggy", ROOT_PASSWORD)
+        await client.create_stream("acg")
+        await client.create_topic("acg", "t", 2)
+        for partition in range(2):
+            await client.send_messages(
+                "acg",
+                "t",
+                Partitioning.partition_id(partition),
+                [SendMessage(f"first-{partition}-{i}".encode()) for i in range(3)],
+            )
+        consumer = await client.consumer_group(
+            "g",
+            "acg",
+            "t",
+            polling_strategy=PollingStrategy.Next(),
+            poll_interval=timedelta(milliseconds=20),
+            batch_length=10,
+        )
+        first: list[bytes] = []
+
+        async def drain(into: list[bytes], wanted: int, source: Any) -> None:
+            async for message in source.iter_messages():
+                into.append(bytes(message.payload()))
+                if len(into) >= wanted:
+                    return
+
+        await asyncio.wait_for(drain(first, 6, consumer), 30)
+        group = wire.Consumer(wire.ConsumerKind.CONSUMER_GROUP, wire.Identifier("g"))
+        deadline = time.monotonic() + 15
+        for partition in range(2):
+            while True:
+                raw = await client.send_binary_request(
+                    120, _offset_request("acg", partition, group)
+                )
+                if raw and wire.ConsumerOffsetInfo.decode(raw).stored_offset == 2:
+                    break
+                assert time.monotonic() < deadline, "the group's auto-commit never landed"
+                await asyncio.sleep(0.05)
+        await client.logout_user()  # leaves the group: the next member gets both partitions
+        other = IggyClient(cluster.address(1))
+        await other.connect()
+        await other.login_user("iggy", ROOT_PASSWORD)
+        for partition in range(2):
+            await other.send_messages(
+                "acg",
+                "t",
+                Partitioning.partition_id(partition),
+                [SendMessage(f"second-{partition}".encode())],
+            )
+        later = await other.consumer_group(
+            "g",
+            "acg",
+            "t",
+            polling_strategy=PollingStrategy.Next(),
+            poll_interval=timedelta(milliseconds=20),
+            batch_length=10,
+        )
+        second: list[bytes] = []
+        await asyncio.wait_for(drain(second, 2, later), 30)
+        return first, second
+
+    first, second = run(scenario(), timeout_s=120)
+    assert sorted(first) == sorted(f"first-{p}-{i}".encode() for p in range(2) for i in range(3))
+    assert sorted(second) == [b"second-0", b"second-1"]
+
+
 def test_cluster_every_node_takes_writes_and_serves_them(cluster: Cluster) -> None:
     clients = [_wire_login(cluster.address(i)) for i in range(3)]
     try:

@@ -117,7 +117,9 @@ def test_metadata_group_answers_iggy_replies_through_consensus(replica_count: in
     assert bootstrap.reply == wire.result_rejected(42)  # no users yet: invalid credentials
     root_hash = hash_password("secret", b"salt", n=16, r=1, p=1)
     created = host.request(0xB007, bootstrap.op, 1, CreateRootUser("iggy", root_hash))
-    assert created.reply == wire.result_ok()
+    root = wire.UserDetails.decode(wire.split_result(Operation.CREATE_USER, created.reply))
+    assert root.user.username == "iggy"
+    assert root.permissions is not None and root.permissions.global_.manage_users
 
     register = authenticate(host.machines[0].state, 0xC11E, "iggy", "secret")
     login = host.request(0xC11E, 0, 0, register)

@@ -9,6 +9,7 @@ from sdk.wire import (
     AckLevel,
     Balanced,
     CacheMetric,
+    ChangePassword,
     ClientConsumerGroup,
     ClientInfoDetails,
     ClusterMetadata,
@@ -24,12 +25,15 @@ from sdk.wire import (
     ConsumerGroups,
     ConsumerKind,
     ConsumerOffsetInfo,
+    ConsumerSessionAttachment,
     CreateConsumerGroup,
     CreateStream,
     CreateTopic,
+    CreateUser,
     DeleteConsumerOffset,
     Empty,
     GetConsumerOffset,
+    GlobalPermissions,
     GroupRef,
     HeaderKind,
     Identifier,
@@ -42,10 +46,12 @@ from sdk.wire import (
     PartitionInfo,
     Partitioning,
     PartitionsChange,
+    Permissions,
     PollingKind,
     PollingStrategy,
     PollMessages,
     PollMessagesReply,
+    PollRoute,
     ReplyPayload,
     RequestPayload,
     SendConfirmation,
@@ -55,15 +61,24 @@ from sdk.wire import (
     StoreConsumerOffset,
     StreamDetails,
     StreamInfo,
+    StreamPermissions,
     StreamRef,
     Streams,
     TopicDetails,
     TopicInfo,
+    TopicPermissions,
     TopicRef,
     Topics,
+    UpdatePermissions,
     UpdateStream,
     UpdateTopic,
+    UpdateUser,
+    UserDetails,
     UserHeader,
+    UserInfo,
+    UserRef,
+    Users,
+    UserStatus,
     build_batch,
     build_send_messages,
     encode_user_headers,
@@ -348,6 +363,57 @@ def poll_replies(draw: st.DrawFn) -> PollMessagesReply:
     )
 
 
+cluster_nodes = st.builds(
+    ClusterNode,
+    long_strings,
+    long_strings,
+    U16,
+    U16,
+    U16,
+    U16,
+    st.sampled_from(ClusterNodeRole),
+    st.sampled_from(ClusterNodeStatus),
+)
+attachments = st.builds(ConsumerSessionAttachment, U128, U64, U64)
+poll_routes = st.builds(PollRoute, attachments, cluster_nodes)
+
+# Users and permissions.
+
+passwords = st.text(max_size=24).filter(lambda text: len(text.encode("utf-8")) <= 255)
+user_statuses = st.sampled_from(UserStatus)
+_FLAG = st.booleans()
+
+
+@st.composite
+def permission_sets(draw: st.DrawFn) -> Permissions:
+    def unique_ids(max_size: int) -> list[int]:
+        return draw(st.lists(U32, max_size=max_size, unique=True))
+
+    streams = []
+    for stream_id in unique_ids(3):
+        topics = tuple(
+            TopicPermissions(topic_id, *draw(st.tuples(*[_FLAG] * 4))) for topic_id in unique_ids(3)
+        )
+        flags = draw(st.tuples(*[_FLAG] * 6))
+        names = ("manage_stream", "read_stream", "manage_topics", "read_topics")
+        values = dict(zip((*names, "poll_messages", "send_messages"), flags, strict=True))
+        streams.append(StreamPermissions(stream_id, topics=topics, **values))
+    return Permissions(GlobalPermissions(*draw(st.tuples(*[_FLAG] * 10))), tuple(streams))
+
+
+user_refs = st.builds(UserRef, identifiers)
+create_users = st.builds(
+    CreateUser, names, passwords, user_statuses, st.none() | permission_sets(), option_lists()
+)
+update_users = st.builds(
+    UpdateUser, identifiers, st.none() | names, st.none() | user_statuses, option_lists()
+)
+update_permissions = st.builds(UpdatePermissions, identifiers, st.none() | permission_sets())
+change_passwords = st.builds(ChangePassword, identifiers, passwords, passwords)
+user_infos = st.builds(UserInfo, U32, U64, user_statuses, names, option_lists())
+user_details = st.builds(UserDetails, user_infos, st.none() | permission_sets())
+users_lists = st.lists(user_infos, max_size=3).map(tuple).map(Users)
+
 REQUESTS: dict[CommandCode, st.SearchStrategy[RequestPayload]] = {
     CommandCode.PING: st.just(Empty()),
     CommandCode.GET_STATS: st.just(Empty()),
@@ -381,6 +447,17 @@ REQUESTS: dict[CommandCode, st.SearchStrategy[RequestPayload]] = {
     CommandCode.JOIN_CONSUMER_GROUP: group_refs,
     CommandCode.LEAVE_CONSUMER_GROUP: group_refs,
     CommandCode.SYNC_CONSUMER_GROUP: group_refs,
+    CommandCode.ATTACH_CONSUMER_SESSION: attachments,
+    CommandCode.POLL_ROUTING: polls,
+    CommandCode.POLL_PRIMARY: polls,
+    CommandCode.CONSUMER_OFFSET_ROUTING: get_offsets,
+    CommandCode.GET_USER: user_refs,
+    CommandCode.GET_USERS: st.just(Empty()),
+    CommandCode.CREATE_USER: create_users,
+    CommandCode.DELETE_USER: user_refs,
+    CommandCode.UPDATE_USER: update_users,
+    CommandCode.UPDATE_PERMISSIONS: update_permissions,
+    CommandCode.CHANGE_PASSWORD: change_passwords,
 }
 
 REPLIES: dict[CommandCode, st.SearchStrategy[ReplyPayload]] = {
@@ -416,6 +493,17 @@ REPLIES: dict[CommandCode, st.SearchStrategy[ReplyPayload]] = {
     CommandCode.JOIN_CONSUMER_GROUP: st.just(Empty()),
     CommandCode.LEAVE_CONSUMER_GROUP: st.just(Empty()),
     CommandCode.SYNC_CONSUMER_GROUP: assignments,
+    CommandCode.ATTACH_CONSUMER_SESSION: st.just(Empty()),
+    CommandCode.POLL_ROUTING: poll_routes,
+    CommandCode.POLL_PRIMARY: poll_replies(),
+    CommandCode.CONSUMER_OFFSET_ROUTING: poll_routes,
+    CommandCode.GET_USER: user_details,
+    CommandCode.GET_USERS: users_lists,
+    CommandCode.CREATE_USER: user_details,
+    CommandCode.DELETE_USER: st.just(Empty()),
+    CommandCode.UPDATE_USER: st.just(Empty()),
+    CommandCode.UPDATE_PERMISSIONS: st.just(Empty()),
+    CommandCode.CHANGE_PASSWORD: st.just(Empty()),
 }
 
 assert set(REQUESTS) == set(COMMANDS) == set(REPLIES), "a command without strategies"

@@ -222,7 +222,7 @@ def _raw_request(operation: Operation, code: int = 0, body: bytes = b"") -> memo
         (Operation.NON_REPLICATED, 9999),  # not a command
         (Operation.NON_REPLICATED, CommandCode.DESCRIBE_OPTIONS),  # not supported here
         (Operation.NON_REPLICATED, CommandCode.CREATE_STREAM),  # a write sent as a read
-        (Operation.CREATE_USER, 0),  # replicated but not supported here
+        (Operation.CREATE_PERSONAL_ACCESS_TOKEN, 0),  # replicated, not supported here
         (Operation.TRUNCATE_PARTITION, 0),  # server-internal
     ],
 )

@@ -98,7 +98,8 @@ POLLS = pytest.mark.parametrize("entry", poll_reply_frames(), ids=frame_id)
 
 def test_golden_manifest_covers_every_command_of_the_supported_subset() -> None:
     codes = {e["command"] for e in frames()}
-    wanted = {1, 10, 12, 20, 39, 40, 100, 101, 120, 121, 122}
+    wanted = {1, 10, 12, 14, 20, 39, 40, 100, 101, 103, 104, 120, 121, 122, 123}
+    wanted |= {31, 32, 33, 34, 35, 36, 37}
     wanted |= {200, 201, 202, 203, 204, 205, 300, 301, 302, 303, 304, 305, 402, 403}
     wanted |= {600, 601, 602, 603, 604, 605, 606}
     assert wanted <= codes, f"no golden frame for codes {sorted(wanted - codes)}"
@@ -273,6 +274,7 @@ def test_golden_reply_payload_decodes_to_the_manifest_fields(entry: dict[str, An
         CommandCode.GET_CONSUMER_GROUP,
         CommandCode.SYNC_CONSUMER_GROUP,
         CommandCode.SEND_MESSAGES,
+        CommandCode.GET_USER,
     )
     if empty_means_nothing:
         # "not found", "not a member", "no confirmations": the official SDK's reading.
