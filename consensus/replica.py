@@ -853,14 +853,27 @@ class Replica:
         ):
             # A retransmission of a prepare we hold: our ack was probably lost, resend it.
             self._send_prepare_ok(self._ackable_op())
-        window = self.commit_min + self.config.repair_ops_max + self.config.pipeline_prepares_max
+        # Bound what we hold above the verified journal, not above the commit: after every
+        # replica restarted, the commit hint is stale and a view's log may run far ahead
+        # of it; repair then asks for exactly those ops, and they must not be dropped here
+        # (state transfer cannot help: nothing above the stale commit is known committed).
+        window = (
+            self.journal_verified_op
+            + self.config.repair_ops_max
+            + self.config.pipeline_prepares_max
+        )
         if header.op > window:
             return  # too far ahead to hold; repair or state transfer will catch up
         if from_current_primary:
             # Created by this view's primary: part of this view's log by construction.
+            if header.op > self.op:
+                # Only news proves the primary alive. A prepare we already knew of may be a
+                # peer's answer to a repair request: two backups trading repairs must not
+                # keep each other from noticing that the primary is gone (its Commit
+                # heartbeats keep an idle or retransmitting primary in office).
+                self._timeout_normal.reset(self._prng)
             self.op = max(self.op, header.op)
             self.commit_max = max(self.commit_max, min(header.commit, header.op))
-            self._timeout_normal.reset(self._prng)
             self._learn(message)
             return
         expected = self._expected_checksum(header.op)
@@ -1053,6 +1066,18 @@ class Replica:
                 return not (present and known.checksum == header.checksum)
         return True  # in range but no header at all: the sender cannot have acked it
 
+    def _nacks_unknown(self, dvc: DoViewChange, op: int) -> bool:
+        """Whether ``dvc`` proves its sender acknowledged no prepare at all at ``op``.
+
+        An acknowledged prepare is durable in the sender's journal and part of its log, so
+        its header is in the suffix the sender reported whenever ``op`` is in that range.
+        """
+        if op > dvc.op:
+            return True
+        if op < dvc.headers_op_min:
+            return False  # outside what the sender told us: unknown, so no proof
+        return all(known.op != op for known in dvc.headers)
+
     def _decide_view_log(self) -> None:
         """Choose the new view's log from a DoViewChange quorum (§4.2 step 3)."""
         dvcs = [self._do_view_changes[r] for r in sorted(self._do_view_changes)]
@@ -1075,6 +1100,11 @@ class Replica:
         for candidate in range(commit + 1, canonical.op + 1):
             candidate_header = headers.get(candidate)
             if candidate_header is None:
+                # No canonical DoViewChange names this op, so nobody could repair it: it is
+                # truncated if a nack quorum proves that no prepare at all was acked there.
+                if sum(self._nacks_unknown(d, candidate) for d in dvcs) >= nack_quorum:
+                    op = candidate - 1
+                    break
                 continue
             if sum(self._nacks(d, candidate_header) for d in dvcs) >= nack_quorum:
                 op = candidate - 1

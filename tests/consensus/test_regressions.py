@@ -1,0 +1,134 @@
+"""Regressions found by the simulator and by hypothesis, each pinned by the smallest case.
+
+1. Backups that trade repair answers kept resetting their normal timeout, so a primary
+   that crashed and came back recovering (it neither leads nor answers repairs) was never
+   replaced: the hypothesis schedule of ``test_message_orders`` (3 replicas, replicated,
+   the primary crashes with requests in flight) stayed stuck forever.
+2. A new primary kept an op that no DoViewChange of its quorum named, so nobody could ever
+   repair it and every later view change stalled on it (same schedule, after fix 1).
+3. A backup dropped prepares more than ``repair_ops_max`` above its commit, even when they
+   were exactly the ops its repair asked for: after a whole-cluster power outage the
+   commit hint is stale and the new view's log runs far above it (simulator seed 73).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+from consensus.events import Action, MessageReceived, PrepareWritten, SendToReplica, Ticked
+from consensus.messages import DoViewChange, Prepare, PrepareOk, StartViewChange
+from consensus.replica import Replica, Status
+from consensus.testing import LedgerStateMachine, MemoryLog
+from tests.consensus.harness import TEST_CONFIG, Cluster
+from tests.consensus.test_replica_handlers import _prepares
+
+CLIENTS = (1, 2, 3)
+
+# The shrunk hypothesis example, as (choice, argument) steps of test_message_orders.
+_SCHEDULE: list[tuple[str, int]] = [
+    ("request", 1), ("deliver", 0), ("deliver", 1), ("tick", 0), ("request", 1),
+    ("deliver", 1), ("tick", 0), ("drop", 0), ("deliver", 0), ("deliver", 0), ("tick", 0),
+    ("tick", 0), ("request", 1), ("tick", 0), ("deliver", 2), ("deliver", 2), ("drop", 0),
+    ("drop", 0), ("request", 2), ("deliver", 0), ("deliver", 0), ("deliver", 0),
+    ("deliver", 0), ("deliver", 0), ("deliver", 0), ("crash", 0),
+]  # fmt: skip
+
+
+def _replica(index: int, config: object = TEST_CONFIG) -> Replica:
+    assert isinstance(config, type(TEST_CONFIG))
+    return Replica(
+        0, index, 3, MemoryLog(), LedgerStateMachine(), random.Random(index), config=config
+    )
+
+
+def _write(replica: Replica, prepare: Prepare) -> list[Action]:
+    actions = replica.step(MessageReceived(prepare))
+    return actions + replica.step(PrepareWritten(prepare.op, prepare.checksum))
+
+
+def test_recovering_primary_after_a_crash_with_requests_in_flight_is_replaced() -> None:
+    """view change: the primary crashes with requests in flight and restarts recovering;
+    the backups replace it and every request completes."""
+    cluster = Cluster(3, persisted=False, seed=3)
+    next_request = dict.fromkeys(CLIENTS, 1)
+    for choice, argument in _SCHEDULE:
+        if choice in ("deliver", "drop") and cluster.network:
+            envelope = cluster.network.pop(argument)
+            if choice == "deliver":
+                cluster.deliver(envelope)
+        elif choice == "tick":
+            for node in cluster.live():
+                cluster.tick_node(node.index)
+        elif choice == "request":
+            if cluster.committed(argument, next_request[argument]):
+                next_request[argument] += 1
+            cluster.request(argument, next_request[argument], body=bytes([argument]))
+        elif choice == "crash":
+            cluster.crash(argument)
+        cluster.complete_io()
+        cluster.check_safety()
+    cluster.restart(0)
+    for _ in range(60):
+        pending = [c for c in CLIENTS if not cluster.committed(c, next_request[c])]
+        if not pending and cluster.converged():
+            break
+        for client in pending:
+            cluster.request(client, next_request[client], body=bytes([client]))
+        cluster.tick(25)
+    assert all(cluster.committed(c, next_request[c]) for c in CLIENTS)
+    cluster.check_safety()
+
+
+def test_on_prepare_repair_answer_does_not_keep_the_primary_in_office() -> None:
+    backup = _replica(1)
+    prepares = _prepares(2)
+    for prepare in prepares:
+        _write(backup, prepare)
+    # A peer answers our repair requests with a prepare we already know, again and again.
+    for tick in range(TEST_CONFIG.normal_timeout_ticks * 2):
+        if tick % 5 == 0:
+            backup.step(MessageReceived(prepares[-1]))
+        backup.step(Ticked())
+        if backup.status is Status.VIEW_CHANGE:
+            break
+    assert backup.status is Status.VIEW_CHANGE and backup.view == 1
+
+
+def test_on_do_view_change_truncates_an_op_that_no_do_view_change_names() -> None:
+    new_primary = _replica(1)  # the primary of view 1 in group 0
+    prepares = _prepares(4)
+    for prepare in prepares[:2]:
+        _write(new_primary, prepare)
+    # Op 4 arrived out of order; op 3 was never seen by anyone but the old primary.
+    new_primary.step(MessageReceived(prepares[3]))
+    new_primary.step(MessageReceived(StartViewChange(0, 2, 1)))
+    assert new_primary.status is Status.VIEW_CHANGE
+    peer = DoViewChange(
+        group=0,
+        replica=2,
+        view=1,
+        log_view=0,
+        op=2,
+        commit=2,
+        headers_op_min=2,
+        headers=(prepares[1].header,),
+        present=(True,),
+    )
+    new_primary.step(MessageReceived(peer))
+    # Op 3 is named by nobody and nacked by both: truncated with everything above it.
+    assert new_primary.op == 2
+    assert (new_primary.status, new_primary.view) == (Status.NORMAL, 1)
+
+
+def test_on_prepare_holds_repaired_ops_far_above_a_stale_commit() -> None:
+    config = dataclasses.replace(TEST_CONFIG, repair_ops_max=16, pipeline_prepares_max=8)
+    backup = _replica(1, config)
+    prepares = _prepares(40)  # all carry commit 0, as after a whole-cluster restart
+    acked = 0
+    for prepare in prepares:
+        for action in _write(backup, prepare):
+            if isinstance(action, SendToReplica) and isinstance(action.message, PrepareOk):
+                acked = max(acked, action.message.op)
+    assert backup.commit_min == 0
+    assert backup.journal_op == 40 and acked == 40
