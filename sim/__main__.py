@@ -1,0 +1,5 @@
+"""``python -m sim``: the same as ``viewstream-sim``."""
+
+from sim.cli import entry
+
+entry()

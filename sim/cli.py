@@ -1,0 +1,206 @@
+"""``viewstream-sim``: run one seed, or a swarm of seeds, and say what broke.
+
+Usage::
+
+    viewstream-sim --seed 42              # replay seed 42 exactly: summary and trace hash
+    viewstream-sim --seeds 0..999         # a swarm, with a progress bar and a summary
+    viewstream-sim --seeds 0..99 --plant longest-log   # show a planted bug is found
+    viewstream-sim --seed 7 --no-faults   # the same world without faults
+
+Exit codes: 0 every run passed, 127 a crash (an exception in the code under test),
+128 a liveness failure, 129 a correctness failure. A swarm exits with the code of its
+first failing seed. Every failure prints its seed, its checker, and the one command that
+replays it.
+
+The CLI only prints: the progress bar reads results after each run and never feeds
+anything back into a run, so a seed replays the same with or without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from consensus.replica import Replica
+from sim.planted import PLANTED
+from sim.rng import SEED_MAX
+from sim.world import Result, run_seed
+
+
+def _seed_range(text: str) -> range:
+    first, sep, last = text.partition("..")
+    if not sep:
+        raise argparse.ArgumentTypeError("expected A..B (both inclusive)")
+    try:
+        low, high = int(first), int(last)
+    except ValueError:
+        raise argparse.ArgumentTypeError("seeds are integers") from None
+    if not 0 <= low <= high <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"need 0 <= A <= B <= {SEED_MAX}")
+    return range(low, high + 1)
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError("a seed is an integer") from None
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"a seed is a u64 (0..{SEED_MAX})")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="viewstream-sim",
+        description="Deterministic simulation of a viewstream cluster from a seed.",
+    )
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--seed", type=_seed, help="run (replay) one seed")
+    which.add_argument("--seeds", type=_seed_range, help="run a swarm of seeds A..B")
+    parser.add_argument(
+        "--no-faults", action="store_true", help="no crashes, partitions, loss or corruption"
+    )
+    parser.add_argument(
+        "--plant",
+        choices=sorted(PLANTED),
+        help="run a replica with a deliberately planted bug (to show the checkers find it)",
+    )
+    parser.add_argument(
+        "--strict-polls",
+        action="store_true",
+        help="fail on every poll that skips forward, even to a replica's retained start",
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="with --seed: print the options and fault log"
+    )
+    return parser
+
+
+def replay_command(
+    seed: int, *, faults: bool, plant: str | None, strict_polls: bool = False
+) -> str:
+    """The one command that replays ``seed`` as it was run."""
+    parts = ["viewstream-sim", "--seed", str(seed)]
+    if not faults:
+        parts.append("--no-faults")
+    if plant is not None:
+        parts += ["--plant", plant]
+    if strict_polls:
+        parts.append("--strict-polls")
+    return " ".join(parts)
+
+
+def _replica_class(plant: str | None) -> type[Replica]:
+    return Replica if plant is None else PLANTED[plant]
+
+
+def _print_failure(result: Result, *, faults: bool, plant: str | None, strict: bool) -> None:
+    replay = replay_command(result.seed, faults=faults, plant=plant, strict_polls=strict)
+    print(f"FAILED seed {result.seed}: {result.verdict} ({result.checker})")
+    print(f"  {result.message}")
+    print(f"  replay: {replay}")
+
+
+def _run_one(seed: int, *, faults: bool, plant: str | None, strict: bool, verbose: bool) -> int:
+    result = run_seed(seed, faults=faults, replica_class=_replica_class(plant), strict_polls=strict)
+    print(f"seed {seed}")
+    lines = result.options.describe()
+    for line in lines if verbose else lines[:1]:
+        print(f"  {line}")
+    stats = " ".join(f"{key}={value}" for key, value in result.stats.items())
+    print(f"  {stats}")
+    if verbose:
+        for event in result.fault_events:
+            print(f"  fault {event}")
+    print(f"  ticks {result.ticks}, verdict {result.verdict}")
+    print(f"trace {result.trace_hash}")
+    if not result.ok:
+        _print_failure(result, faults=faults, plant=plant, strict=strict)
+    return result.exit_code
+
+
+def _run_swarm(seeds: range, *, faults: bool, plant: str | None, strict: bool) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    from rich.table import Table
+
+    console = Console(stderr=True)
+    failures: list[Result] = []
+    verdicts: dict[str, int] = {"ok": 0, "correctness": 0, "liveness": 0, "crash": 0}
+    totals: dict[str, int] = {}
+    by_nodes: dict[int, int] = {}
+    replica_class = _replica_class(plant)
+    columns = (
+        TextColumn("[bold]swarm"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("failed {task.fields[failed]}"),
+        TextColumn("seed {task.fields[seed]}"),
+    )
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("swarm", total=len(seeds), failed=0, seed=seeds[0])
+        for seed in seeds:
+            progress.update(task, seed=seed)
+            result = run_seed(seed, faults=faults, replica_class=replica_class, strict_polls=strict)
+            verdicts[result.verdict] += 1
+            by_nodes[result.options.node_count] = by_nodes.get(result.options.node_count, 0) + 1
+            for key, value in result.stats.items():
+                totals[key] = totals.get(key, 0) + value
+            if not result.ok:
+                failures.append(result)
+                progress.console.print(
+                    f"FAILED seed {seed}: {result.verdict} ({result.checker}) "
+                    f"{result.message[:200]}\n  replay: "
+                    f"{replay_command(seed, faults=faults, plant=plant, strict_polls=strict)}"
+                )
+            progress.update(task, advance=1, failed=len(failures))
+    table = Table(title=f"swarm {seeds[0]}..{seeds[-1]} ({len(seeds)} seeds)")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for verdict, count in verdicts.items():
+        table.add_row(f"verdict {verdict}", str(count))
+    for nodes in sorted(by_nodes):
+        table.add_row(f"runs with {nodes} node(s)", str(by_nodes[nodes]))
+    for key in (
+        "committed_ops",
+        "acked_messages",
+        "messages_polled",
+        "requests_completed",
+        "view_max",
+        "crashes",
+        "power_losses",
+        "partitions",
+        "corruptions",
+        "outages",
+        "packets_lost",
+        "poll_gaps",
+        "liveness_waived",
+    ):
+        table.add_row(key, str(totals.get(key, 0)))
+    Console().print(table)
+    for result in failures:
+        _print_failure(result, faults=faults, plant=plant, strict=strict)
+    return failures[0].exit_code if failures else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``viewstream-sim``; returns the exit code."""
+    args = _parser().parse_args(argv)
+    faults = not args.no_faults
+    strict = args.strict_polls
+    if args.seed is not None:
+        return _run_one(
+            args.seed, faults=faults, plant=args.plant, strict=strict, verbose=args.verbose
+        )
+    return _run_swarm(args.seeds, faults=faults, plant=args.plant, strict=strict)
+
+
+def entry() -> None:
+    """Console-script wrapper: exit with ``main``'s code."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

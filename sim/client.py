@@ -1,0 +1,411 @@
+"""Simulated clients: the operator, producers and consumers of the workload.
+
+Purpose: drive the cluster the way Iggy clients do, through the same wire payloads
+(``sdk.wire``), and report to the checkers what they were told.
+
+Invariants:
+
+1. A client has at most one request outstanding (VSR Revisited §4: one request per client
+   at a time) and request numbers only grow.
+2. A request is retried with the same client id, session, request number and body until
+   it gets a reply from the state machine: on a timeout (to every node, since the primary
+   may have moved), and after an admission error (a lagging node). A send is therefore
+   never re-submitted under a new request number, which is what makes exactly-once
+   checkable. A consensus session error abandons the request (it may or may not have been
+   applied) and the client registers again.
+3. Every random choice comes from the client's own stream; a client never reads the
+   cluster's state directly, only replies.
+
+Theory of operation: each client is a little state machine ticked by the world. The
+*operator* bootstraps the cluster as the runtime does on first start (a system register,
+``CreateRootUser``) and creates the workload's stream, topic and consumer group. Every
+client then logs in (``LOGIN_REGISTER``) and runs its script: producers send batches of
+uniquely identified messages to chosen partitions; consumers poll partitions from their
+own position, store consumer offsets and join the consumer group; every client may
+create a few streams of its own. In the healed phase no new operation starts.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from broker.state.codec import encode_command
+from broker.state.credentials import hash_password
+from broker.state.metadata import CreateRootUser, Register
+from sdk import wire
+from sdk.wire.codes import CommandCode
+from sim.network import ClientReply, ClientRequest
+from sim.node import METADATA_GROUP, SYSTEM_CODE
+from sim.options import Options
+
+ROOT_USERNAME: Final = "iggy"
+ROOT_PASSWORD: Final = "iggy-sim-password"
+STREAM_NAME: Final = "sim"
+TOPIC_NAME: Final = "events"
+GROUP_NAME: Final = "readers"
+THINK_TICKS_MAX: Final = 20
+POLL_COUNT_MAX: Final = 8
+#: Ticks to wait after an admission error before retrying (the node may be lagging).
+BACKOFF_TICKS: Final = 15
+
+
+class Kind(enum.Enum):
+    """What a request is, as the checkers need to know it."""
+
+    SYSTEM_REGISTER = "system_register"
+    CREATE_ROOT = "create_root"
+    LOGIN = "login"
+    CREATE_STREAM = "create_stream"
+    CREATE_TOPIC = "create_topic"
+    CREATE_GROUP = "create_group"
+    JOIN_GROUP = "join_group"
+    SEND = "send"
+    POLL = "poll"
+    STORE_OFFSET = "store_offset"
+
+
+#: Kinds answered from committed local state, not through consensus.
+READS: Final = (Kind.POLL,)
+
+
+@dataclass(slots=True)
+class Pending:
+    """The one outstanding request of a client."""
+
+    kind: Kind
+    group: int
+    request: ClientRequest
+    sent_tick: int
+    #: Send: the partition and the message ids; poll: the partition and the position.
+    partition: int = 0
+    message_ids: tuple[int, ...] = ()
+    position: int = 0
+    #: Store offset: the offset stored; create stream: the name.
+    offset: int = 0
+    name: str = ""
+    attempts: int = 0
+    retry_tick: int = 0
+    #: The node whose reply completed the request.
+    replied_by: int = -1
+
+
+class Reporter(Protocol):
+    """Where a client reports what it was told (the checkers)."""
+
+    def on_reply(self, client: Client, pending: Pending, reply: ClientReply) -> None: ...
+
+    def on_abandoned(self, client: Client, pending: Pending) -> None: ...
+
+
+class Role(enum.Enum):
+    OPERATOR = "operator"
+    PRODUCER = "producer"
+    CONSUMER = "consumer"
+
+
+@dataclass(slots=True)
+class Client:
+    """One simulated client; the world calls ``tick`` and ``on_reply``."""
+
+    index: int
+    endpoint: int
+    client_id: int
+    role: Role
+    options: Options
+    prng: random.Random
+    reporter: Reporter
+    session: int = 0
+    request_next: int = 0
+    pending: Pending | None = None
+    ready_tick: int = 0
+    finishing: bool = False
+    #: Script progress.
+    step: int = 0
+    batches_sent: int = 0
+    message_seq: int = 0
+    streams_created: int = 0
+    streams_wanted: int = 0
+    positions: dict[int, int] = field(default_factory=dict)
+    joined: bool = False
+    #: Which node answered a replicated request of each group last: the likely primary.
+    primary_hint: dict[int, int] = field(default_factory=dict)
+    outbox: list[tuple[int, ClientRequest]] = field(default_factory=list)
+    completed: int = 0
+    abandoned: int = 0
+
+    def __post_init__(self) -> None:
+        self.streams_wanted = self.prng.randint(0, self.options.workload.streams_per_client_max)
+        if self.role is Role.OPERATOR:
+            self.step = 0
+        else:
+            self.step = 3  # everyone but the operator starts with a login
+
+    # Scripts -----------------------------------------------------------------------------
+
+    def tick(self, tick: int) -> None:
+        pending = self.pending
+        if pending is not None:
+            if pending.retry_tick and tick >= pending.retry_tick:
+                pending.retry_tick = 0
+                self._transmit(tick, pending, broadcast=False)
+            elif tick - pending.sent_tick >= self.options.workload.request_timeout_ticks:
+                self._transmit(tick, pending, broadcast=True)
+            return
+        if self.finishing or tick < self.ready_tick:
+            return
+        made = self._next_operation()
+        if made is None:
+            return
+        made.sent_tick = tick
+        self.pending = made
+        self._transmit(tick, made, broadcast=False)
+
+    def _request(self, code: int, payload: bytes, *, session: int | None = None) -> ClientRequest:
+        number = self.request_next
+        self.request_next += 1
+        return ClientRequest(
+            self.client_id, self.session if session is None else session, number, code, payload
+        )
+
+    def _next_operation(self) -> Pending | None:
+        """The next operation of the script, or None when there is nothing left to do."""
+        if self.role is Role.OPERATOR and self.step < 3:
+            return self._bootstrap()
+        if self.step == 3:
+            login = wire.LoginRegister(ROOT_USERNAME, ROOT_PASSWORD).encode()
+            return Pending(
+                Kind.LOGIN, METADATA_GROUP, self._request(CommandCode.LOGIN_REGISTER, login), 0
+            )
+        if self.role is Role.OPERATOR and self.step < 7:
+            return self._setup()
+        # Producers and consumers interleave their stream creations with their main work;
+        # the operator does them right away.
+        wants_stream = self.streams_created < self.streams_wanted
+        if wants_stream and (self.role is Role.OPERATOR or self.prng.random() < 0.2):
+            name = f"c{self.index}-s{self.streams_created}"
+            payload = wire.CreateStream(name).encode()
+            return Pending(
+                Kind.CREATE_STREAM,
+                METADATA_GROUP,
+                self._request(CommandCode.CREATE_STREAM, payload),
+                0,
+                name=name,
+            )
+        if self.role is Role.PRODUCER:
+            if self.batches_sent >= self.options.workload.batches_per_producer:
+                return None
+            return self._send()
+        if self.role is Role.CONSUMER:
+            return self._consume()
+        return None
+
+    def _bootstrap(self) -> Pending:
+        if self.step == 0:
+            # What the runtime does on first start: a system session that carries the
+            # root user's creation (the register itself is rejected: no user exists yet).
+            operation, body = encode_command(Register(self.client_id, 0))
+            payload = operation.to_bytes(4, "little") + body
+            return Pending(
+                Kind.SYSTEM_REGISTER,
+                METADATA_GROUP,
+                self._request(SYSTEM_CODE, payload, session=0),
+                0,
+            )
+        assert self.step == 1
+        salt = self.prng.getrandbits(128).to_bytes(16, "little")
+        password = hash_password(ROOT_PASSWORD, salt, n=16, r=1, p=1)
+        operation, body = encode_command(CreateRootUser(ROOT_USERNAME, password))
+        payload = operation.to_bytes(4, "little") + body
+        self.step = 2  # the register's reply moved us to 1; creation is step 2
+        return Pending(Kind.CREATE_ROOT, METADATA_GROUP, self._request(SYSTEM_CODE, payload), 0)
+
+    def _setup(self) -> Pending:
+        stream_id = wire.Identifier.numeric(0)
+        topic_id = wire.Identifier.numeric(0)
+        if self.step == 4:
+            payload = wire.CreateStream(STREAM_NAME).encode()
+            return Pending(
+                Kind.CREATE_STREAM,
+                METADATA_GROUP,
+                self._request(CommandCode.CREATE_STREAM, payload),
+                0,
+                name=STREAM_NAME,
+            )
+        if self.step == 5:
+            durability = "persisted" if self.options.persisted else "replicated"
+            option = wire.OptionEntry.of("durability", durability, wire.HeaderKind.STRING)
+            payload = wire.CreateTopic(
+                stream_id, self.options.partition_count, TOPIC_NAME, (option,)
+            ).encode()
+            return Pending(
+                Kind.CREATE_TOPIC,
+                METADATA_GROUP,
+                self._request(CommandCode.CREATE_TOPIC, payload),
+                0,
+                name=TOPIC_NAME,
+            )
+        assert self.step == 6
+        payload = wire.CreateConsumerGroup(stream_id, topic_id, GROUP_NAME).encode()
+        return Pending(
+            Kind.CREATE_GROUP,
+            METADATA_GROUP,
+            self._request(CommandCode.CREATE_CONSUMER_GROUP, payload),
+            0,
+            name=GROUP_NAME,
+        )
+
+    def _send(self) -> Pending:
+        partition = self.prng.randrange(self.options.partition_count)
+        count = self.prng.randint(1, self.options.workload.messages_per_batch_max)
+        messages = []
+        ids = []
+        for _ in range(count):
+            self.message_seq += 1
+            message_id = (self.index << 32) | self.message_seq
+            ids.append(message_id)
+            payload = f"c{self.index}-m{self.message_seq}".encode()
+            messages.append(wire.OutgoingMessage(message_id, payload))
+        body = wire.build_send_messages(
+            wire.Identifier.numeric(0),
+            wire.Identifier.numeric(0),
+            wire.PartitionId(partition),
+            messages,
+        )
+        return Pending(
+            Kind.SEND,
+            1 + partition,
+            self._request(CommandCode.SEND_MESSAGES, bytes(body)),
+            0,
+            partition=partition,
+            message_ids=tuple(ids),
+        )
+
+    def _consume(self) -> Pending:
+        partition = self.prng.randrange(self.options.partition_count)
+        position = self.positions.get(partition, 0)
+        stream_id = wire.Identifier.numeric(0)
+        topic_id = wire.Identifier.numeric(0)
+        consumer = wire.Consumer(wire.ConsumerKind.CONSUMER, wire.Identifier.numeric(self.index))
+        roll = self.prng.random()
+        if not self.joined and roll < 0.1:
+            payload = wire.GroupRef(stream_id, topic_id, wire.Identifier.numeric(0)).encode()
+            return Pending(
+                Kind.JOIN_GROUP,
+                METADATA_GROUP,
+                self._request(CommandCode.JOIN_CONSUMER_GROUP, payload),
+                0,
+                name=GROUP_NAME,
+            )
+        if position > 0 and roll < 0.3:
+            offset = position - 1
+            store = wire.StoreConsumerOffset(
+                consumer, stream_id, topic_id, partition, offset, wire.AckLevel.NO_ACK
+            ).encode()
+            return Pending(
+                Kind.STORE_OFFSET,
+                1 + partition,
+                self._request(CommandCode.STORE_CONSUMER_OFFSET, store),
+                0,
+                partition=partition,
+                offset=offset,
+            )
+        poll = wire.PollMessages(
+            consumer,
+            stream_id,
+            topic_id,
+            partition,
+            wire.PollingStrategy.offset(position),
+            self.prng.randint(1, POLL_COUNT_MAX),
+            False,
+        ).encode()
+        return Pending(
+            Kind.POLL,
+            1 + partition,
+            self._request(CommandCode.POLL_MESSAGES, poll),
+            0,
+            partition=partition,
+            position=position,
+        )
+
+    # Transmission and replies ------------------------------------------------------------
+
+    def _transmit(self, tick: int, pending: Pending, *, broadcast: bool) -> None:
+        pending.attempts += 1
+        pending.sent_tick = tick
+        nodes = self.options.node_count
+        if broadcast:
+            for node in range(nodes):
+                self.outbox.append((node, pending.request))
+            return
+        hint = self.primary_hint.get(pending.group)
+        if hint is None or pending.kind in READS:
+            hint = (pending.group if hint is None else self.prng.randrange(nodes)) % nodes
+        self.outbox.append((hint, pending.request))
+
+    def on_reply(self, tick: int, node: int, reply: ClientReply) -> None:
+        pending = self.pending
+        if pending is None or reply.request != pending.request.request:
+            return  # a duplicate, or the answer to an attempt we already got an answer to
+        if reply.error:
+            # The session is gone (evicted or superseded): the request may or may not have
+            # been applied. Abandon it and log in again.
+            self.reporter.on_abandoned(self, pending)
+            self.abandoned += 1
+            self.pending = None
+            self.step = 3
+            return
+        if reply.op == 0 and reply.status != 0 and pending.kind not in READS:
+            # Refused before it entered the log (a lagging node, no topic yet): same
+            # request again after a pause, so it is never applied twice.
+            pending.retry_tick = tick + BACKOFF_TICKS
+            return
+        if pending.kind in READS and reply.status != 0:
+            pending.retry_tick = tick + BACKOFF_TICKS
+            return
+        if pending.kind not in READS:
+            self.primary_hint[pending.group] = node
+        pending.replied_by = node
+        self.reporter.on_reply(self, pending, reply)
+        self._advance(tick, pending, reply)
+        self.pending = None
+        self.completed += 1
+        self.ready_tick = tick + self.prng.randint(0, THINK_TICKS_MAX)
+
+    def _advance(self, tick: int, pending: Pending, reply: ClientReply) -> None:
+        del tick
+        kind = pending.kind
+        if kind is Kind.SYSTEM_REGISTER:
+            self.session = reply.op
+            self.step = 1
+        elif kind is Kind.CREATE_ROOT:
+            self.step = 3
+        elif kind is Kind.LOGIN:
+            if reply.body[:4] == wire.RESULT_OK[:4] and len(reply.body) > 4:
+                self.session = reply.op
+                self.step = 4 if self.role is Role.OPERATOR else 7
+            # A rejected login (the root user is not there yet) is simply tried again,
+            # under a new request number: the register committed, nothing else did.
+        elif kind is Kind.CREATE_STREAM:
+            if self.role is Role.OPERATOR and self.step == 4:
+                self.step = 5
+            else:
+                self.streams_created += 1
+        elif kind is Kind.CREATE_TOPIC:
+            self.step = 6
+        elif kind is Kind.CREATE_GROUP:
+            self.step = 7
+        elif kind is Kind.JOIN_GROUP:
+            self.joined = True
+        elif kind is Kind.SEND:
+            self.batches_sent += 1
+        elif kind is Kind.POLL:
+            try:
+                polled = wire.PollMessagesReply.decode(reply.body)
+            except wire.ProtocolError:
+                return
+            messages = polled.messages()
+            if messages:
+                self.positions[pending.partition] = messages[-1].offset + 1

@@ -1,0 +1,208 @@
+"""One replica's durable state on a simulated disk: journal, superblock and checkpoint.
+
+Purpose: adapt the real segment journal (``journal.Journal``) and the real superblock
+(``journal.Superblock``), both over one ``journal.MemoryStorage``, to what a
+``consensus.Replica`` needs from its host: the :class:`consensus.protocols.Log` it reads,
+and the effects of ``AppendToJournal``, ``SyncJournal``, ``TruncateJournal``,
+``WriteSuperblock`` and ``WriteCheckpoint``.
+
+Invariants:
+
+1. A journal record holds exactly one prepare: its packed 136-byte header followed by its
+   body, so the journal stores each body once and ``read`` gives back the very prepare
+   that was appended (or None when it is missing or damaged).
+2. Record offsets count ops: op ``k`` is at offset ``k - 1`` with one "message". The
+   journal only needs offsets to be dense; partition message offsets live inside the
+   stamped batches and are the state machine's business.
+3. Superblock and checkpoint writes are durable when the method returns (the host
+   contract: a ``WriteSuperblock`` is durable before any later action runs).
+4. Everything here is a pure function of the calls made and the storage's PRNG.
+
+Theory of operation: a *process crash* keeps the storage as it is (the page cache of a
+live kernel survives a process); a *power loss* calls ``MemoryStorage.crash()``, which
+drops unsynced writes and tears the last one. Either way the replica restarts by opening
+the journal (recovery cuts torn tails and reports damaged records), reading the
+superblock and the checkpoint file, and building a new ``Replica`` from them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Final
+
+from consensus.messages import PREPARE_HEADER, MessageError, Prepare, unpack_prepare_header
+from consensus.protocols import DurableState
+from journal import (
+    Journal,
+    JournalConfig,
+    MemoryStorage,
+    OpBeyondHead,
+    OpNotRetained,
+    RecordFaulty,
+    Superblock,
+    SuperblockState,
+)
+
+CHECKPOINT_NAME: Final = "checkpoint"
+CHECKPOINT_TEMPORARY_NAME: Final = "checkpoint.tmp"
+#: Small segments, so runs roll segments and recovery walks several of them.
+SEGMENT_SIZE_BYTES: Final = 16 * 1024
+
+
+class Disk:
+    """The durable state of one replica of one group, over one ``MemoryStorage``."""
+
+    def __init__(self, prng: random.Random) -> None:
+        self.storage = MemoryStorage(prng)
+        self.journal = Journal.open(self.storage, _JOURNAL_CONFIG)
+        self.superblock = Superblock.open(self.storage)
+
+    # Log protocol (what the replica reads) -----------------------------------------------
+
+    def read(self, op: int) -> Prepare | None:
+        try:
+            record = self.journal.read_record(op)
+        except (OpNotRetained, OpBeyondHead, RecordFaulty):
+            return None
+        body = bytes(record.body)
+        try:
+            header = unpack_prepare_header(body, 0)
+        except MessageError:
+            return None
+        prepare = Prepare(header=header, body=body[PREPARE_HEADER.size :])
+        if header.op != op or len(prepare.body) != header.body_size:
+            return None
+        return prepare
+
+    def op_max(self) -> int:
+        return self.journal.op_head
+
+    def faulty_ops(self) -> Sequence[int]:
+        return self.journal.faulty_ops()
+
+    # Host side (the replica's actions) ---------------------------------------------------
+
+    def append(self, prepare: Prepare) -> None:
+        header = prepare.header
+        self.journal.append(
+            header.pack() + prepare.body,
+            op=header.op,
+            view=header.view,
+            client_id=header.client_id,
+            request=header.request,
+            offset=header.op - 1,
+            message_count=1,
+            timestamp_us=header.timestamp_us,
+        )
+
+    def sync(self) -> int:
+        """One group commit; the highest op now durable."""
+        return self.journal.sync()
+
+    def truncate(self, after_op: int) -> None:
+        head = self.journal.truncate(max(after_op, self.journal.op_min - 1, 0))
+        if 0 < head < after_op:
+            # The cut fell inside a damaged region whose record boundaries are unknown, so
+            # the journal cut at the region's start. The replica will append after_op + 1
+            # next, which cannot follow the shorter journal: start it afresh (the replica
+            # re-fetches what it still needs; older committed ops are gone from this
+            # replica, the same as after a state transfer).
+            self.journal.truncate(self.journal.op_min - 1)
+
+    def write_superblock(self, state: DurableState) -> None:
+        self.superblock.write(
+            SuperblockState(
+                view=state.view,
+                log_view=state.log_view,
+                commit=state.commit,
+                checkpoint=state.checkpoint,
+            )
+        )
+
+    def write_checkpoint(self, op: int, snapshot: bytes) -> None:
+        """Persist the snapshot (write, sync, rename, sync the directory), then make the
+        journal continue at ``op + 1`` if it ends below ``op``.
+
+        The journal is synced first: the superblock that names this checkpoint must never
+        be durable while ops up to it are not, or a power loss would leave a journal that
+        ends below the checkpoint (and polls of those committed messages would find them
+        gone on this replica).
+        """
+        if self.journal.op_head > 0:
+            self.journal.sync()
+        names = self.storage.names()
+        if CHECKPOINT_TEMPORARY_NAME in names:
+            self.storage.remove(CHECKPOINT_TEMPORARY_NAME)
+        file = self.storage.create(CHECKPOINT_TEMPORARY_NAME)
+        try:
+            file.write(0, [snapshot])
+            file.sync()
+        finally:
+            file.close()
+        self.storage.rename(CHECKPOINT_TEMPORARY_NAME, CHECKPOINT_NAME)
+        self.storage.sync_directory()
+        head = self.journal.op_head
+        if 0 < head < op:
+            # State transfer jumped over a gap: the old ops can never be continued, and an
+            # empty journal accepts any first op.
+            self.journal.truncate(self.journal.op_min - 1)
+        assert self.journal.op_head == 0 or self.journal.op_head >= op
+
+    # Restart -----------------------------------------------------------------------------
+
+    def power_loss(self) -> None:
+        """Lose every unsynced write; the newest write of each file may survive torn."""
+        self.storage.crash()
+
+    def reopen(self) -> tuple[DurableState, bytes | None]:
+        """Recover after a crash: the superblock's state and the checkpoint snapshot."""
+        self.journal = Journal.open(self.storage, _JOURNAL_CONFIG)
+        self.superblock = Superblock.open(self.storage)
+        state = self.superblock.state
+        head = self.journal.op_head
+        if 0 < head < state.checkpoint:
+            # Only a state transfer can leave this (its journal restarted above a gap and
+            # lost its unsynced appends): the journal continues after the checkpoint.
+            self.journal.truncate(self.journal.op_min - 1)
+        durable = DurableState(
+            view=state.view,
+            log_view=state.log_view,
+            commit=state.commit,
+            checkpoint=state.checkpoint,
+        )
+        checkpoint: bytes | None = None
+        if state.checkpoint > 0:
+            checkpoint = self._read_checkpoint()
+        return durable, checkpoint
+
+    def _read_checkpoint(self) -> bytes:
+        file = self.storage.open(CHECKPOINT_NAME)
+        try:
+            buffer = bytearray(file.size())
+            got = file.read_into(0, buffer)
+        finally:
+            file.close()
+        assert got == len(buffer)
+        return bytes(buffer)
+
+    def corrupt_record(self, prng: random.Random) -> str | None:
+        """Flip bytes of a record at rest in the journal; a description, or None.
+
+        Only called while the replica is down, after any power loss, so the damage is a
+        latent sector error that the journal's recovery must find at restart.
+        """
+        logs = [name for name in self.storage.names() if name.endswith(".log")]
+        if not logs:
+            return None
+        name = logs[prng.randrange(len(logs))]
+        size = len(self.storage.contents(name))
+        if size == 0:
+            return None
+        length = min(size, prng.randint(1, 8))
+        position = prng.randrange(size - length + 1)
+        self.storage.corrupt(name, position, length)
+        return f"{name}@{position}+{length}"
+
+
+_JOURNAL_CONFIG: Final = JournalConfig(segment_size_bytes_max=SEGMENT_SIZE_BYTES)

@@ -1,0 +1,194 @@
+"""Reference models of the state machines, fed the canonical committed log.
+
+Purpose: an independent, much smaller statement of what the broker's state machines must
+answer, so the checkers can compare every committed reply (and every reply a client got)
+with it. The models understand exactly the operations the simulator's workload sends and
+the bootstrap; anything else in a log is a model failure, not silently skipped.
+
+Invariants:
+
+1. A model is fed ops of one group in op order, each once, with the reply the real state
+   machine computed; ``apply`` returns None when the reply is what the model expects, or
+   a sentence saying what differs.
+2. Models never draw randomness and never look at replicas: only the committed prepare.
+
+Theory of operation: the metadata model keeps names and id counters of streams, topics
+and consumer groups and the users that exist; the partition model keeps the list of
+message ids by offset (so it also proves offsets dense and ids unique: Jepsen's
+inconsistent-offsets and duplicate) and answers consumer-offset stores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import cbor2
+
+from broker.state.codec import InternalOperation, decode_command
+from broker.state.metadata import (
+    CreateConsumerGroup,
+    CreateRootUser,
+    CreateStream,
+    CreateTopic,
+    JoinConsumerGroup,
+    Register,
+)
+from consensus.messages import Prepare
+from sdk import wire
+from sdk.wire.codes import Operation
+
+
+def _ok(reply: bytes) -> bool:
+    return reply[:4] == wire.RESULT_OK
+
+
+@dataclass(slots=True)
+class _Topic:
+    id: int
+    name: str
+    partitions_count: int
+    groups: dict[str, int] = field(default_factory=dict)
+    group_next: int = 0
+
+
+@dataclass(slots=True)
+class _Stream:
+    id: int
+    name: str
+    topics: dict[str, _Topic] = field(default_factory=dict)
+    topic_next: int = 0
+
+
+class MetadataModel:
+    """Streams, topics, consumer groups and users, by name and id."""
+
+    def __init__(self) -> None:
+        self.users: dict[str, int] = {}
+        self.streams: dict[str, _Stream] = {}
+        self.stream_next = 0
+
+    def _stream(self, ident: int | str) -> _Stream | None:
+        for stream in self.streams.values():
+            if ident in (stream.id, stream.name):
+                return stream
+        return None
+
+    @staticmethod
+    def _topic(stream: _Stream, ident: int | str) -> _Topic | None:
+        for topic in stream.topics.values():
+            if ident in (topic.id, topic.name):
+                return topic
+        return None
+
+    def apply(self, prepare: Prepare, reply: bytes) -> str | None:
+        header = prepare.header
+        command = decode_command(header.operation, prepare.body)
+        if isinstance(command, CreateRootUser):
+            expect_ok = not self.users
+            if expect_ok:
+                self.users[command.username] = 0
+            return _expect(expect_ok, reply, "create root user")
+        if isinstance(command, Register):
+            expect_ok = command.user_id in self.users.values()
+            problem = _expect(expect_ok, reply, "register")
+            if problem is None and expect_ok:
+                payload = wire.split_result(Operation.REGISTER, reply)
+                registered = wire.LoginRegisterReply.decode(payload)
+                if registered.session != header.op or registered.user_id != command.user_id:
+                    return f"register answered session {registered.session}, op is {header.op}"
+            return problem
+        if isinstance(command, CreateStream):
+            expect_ok = command.name not in self.streams
+            problem = _expect(expect_ok, reply, f"create stream {command.name!r}")
+            if problem is None and expect_ok:
+                stream = _Stream(self.stream_next, command.name)
+                self.streams[command.name] = stream
+                self.stream_next += 1
+                created = wire.StreamDetails.decode(
+                    wire.split_result(Operation.CREATE_STREAM, reply)
+                )
+                if (created.stream.id, created.stream.name) != (stream.id, stream.name):
+                    return f"stream created as {created.stream.id}, model says {stream.id}"
+            return problem
+        if isinstance(command, CreateTopic):
+            found = self._stream(command.stream)
+            expect_ok = found is not None and command.name not in found.topics
+            problem = _expect(expect_ok, reply, f"create topic {command.name!r}")
+            if problem is None and found is not None and expect_ok:
+                topic = _Topic(found.topic_next, command.name, command.partitions_count)
+                found.topics[command.name] = topic
+                found.topic_next += 1
+                details = wire.TopicDetails.decode(wire.split_result(Operation.CREATE_TOPIC, reply))
+                got = (details.topic.id, details.topic.partitions_count)
+                if got != (topic.id, topic.partitions_count):
+                    return f"topic created as {got}, model says {topic.id, topic.partitions_count}"
+            return problem
+        if isinstance(command, CreateConsumerGroup):
+            owner = self._stream(command.stream)
+            parent = self._topic(owner, command.topic) if owner is not None else None
+            expect_ok = parent is not None and command.name not in parent.groups
+            problem = _expect(expect_ok, reply, f"create consumer group {command.name!r}")
+            if problem is None and parent is not None and expect_ok:
+                parent.groups[command.name] = parent.group_next
+                parent.group_next += 1
+            return problem
+        if isinstance(command, JoinConsumerGroup):
+            owner = self._stream(command.stream)
+            parent = self._topic(owner, command.topic) if owner is not None else None
+            expect_ok = parent is not None and command.group in parent.groups.values()
+            return _expect(expect_ok, reply, "join consumer group")
+        if header.operation in tuple(int(op) for op in InternalOperation):
+            return None
+        return f"the model does not know operation {header.operation}"
+
+
+def _expect(expect_ok: bool, reply: bytes, what: str) -> str | None:
+    if _ok(reply) != expect_ok:
+        return f"{what}: expected {'success' if expect_ok else 'rejection'}, got {reply[:12]!r}"
+    return None
+
+
+class PartitionModel:
+    """Message ids by offset and the consumer-offset rule of one partition."""
+
+    def __init__(self) -> None:
+        self.message_ids: list[int] = []
+        self.offset_of: dict[int, int] = {}
+        #: op -> (base offset, message count) of every committed send.
+        self.sends: dict[int, tuple[int, int]] = {}
+
+    def apply(self, prepare: Prepare, reply: bytes) -> str | None:
+        header = prepare.header
+        if header.operation == Operation.SEND_MESSAGES:
+            batch_header, messages = wire.read_batch(prepare.body)
+            base = len(self.message_ids)
+            if batch_header.base_offset != base:
+                return (
+                    f"inconsistent offsets: op {header.op} stamped "
+                    f"{batch_header.base_offset}, next is {base}"
+                )
+            for index, message in enumerate(messages):
+                if message.offset != base + index:
+                    return f"inconsistent offsets inside op {header.op}"
+                if message.id in self.offset_of:
+                    return (
+                        f"duplicate: message {message.id:#x} at offsets "
+                        f"{self.offset_of[message.id]} and {message.offset}"
+                    )
+                self.offset_of[message.id] = message.offset
+                self.message_ids.append(message.id)
+            self.sends[header.op] = (base, len(messages))
+            confirmations = wire.SendMessagesReply.decode(reply).confirmations
+            if len(confirmations) != 1 or confirmations[0].base_offset != base:
+                return f"send at op {header.op} answered {confirmations}, base offset is {base}"
+            return None
+        if header.operation == Operation.STORE_CONSUMER_OFFSET:
+            # A control body: canonical CBOR [head next offset, head timestamp, kind, id,
+            # offset], the head being the log position it was prepared at.
+            items = cbor2.loads(prepare.body)
+            head_next_offset, offset = items[0], items[-1]
+            if head_next_offset != len(self.message_ids):
+                return f"inconsistent offsets: op {header.op} prepared at {head_next_offset}"
+            expect_ok = offset < len(self.message_ids)
+            return _expect(expect_ok, reply, f"store offset {offset}")
+        return f"the model does not know partition operation {header.operation}"

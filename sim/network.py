@@ -1,0 +1,145 @@
+"""The simulated network: delay, loss, duplication, reordering and partitions.
+
+Purpose: carry replica frames between nodes and client requests and replies between
+clients and nodes, with the faults a real network has, from one PRNG stream.
+
+Invariants:
+
+1. Every random draw happens at send time, in send order, from the network's own stream;
+   delivery order is a pure function of those draws: ``(deliver_tick, sequence)``.
+2. Reordering is not a separate fault: two packets on one link with independent delays
+   arrive in either order.
+3. Partitions block replica links only (as in the VOPR); client links suffer delay, loss
+   and duplication. A blocked link drops packets at delivery time, so a partition also
+   catches packets already in flight.
+4. A packet to a node that is down when it arrives is dropped.
+
+Theory of operation: a min-heap of packets keyed by delivery tick and a send counter.
+``deliver_due(tick)`` pops every packet due at or before ``tick``. Endpoints are ints:
+nodes ``0..node_count-1``, client ``k`` is ``CLIENT_BASE + k``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+from typing import Final
+
+from sim.options import NetworkOptions
+
+CLIENT_BASE: Final = 1_000
+"""Endpoint number of client 0; nodes are below it."""
+PACKETS_IN_FLIGHT_MAX: Final = 1_000_000
+"""A run that piles up this many packets is broken; assert rather than eat the memory."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFrame:
+    """An encoded consensus message of ``group``."""
+
+    group: int
+    frame: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRequest:
+    """A client request as its node receives it: the Iggy command and its wire payload.
+
+    The 256-byte Iggy header is not modelled; its fields that matter (client id, session,
+    request number, command code) travel here as data.
+    """
+
+    client_id: int
+    session: int
+    request: int
+    code: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ClientReply:
+    """A node's answer to a client request.
+
+    ``op`` is the committed op for replicated requests (0 for reads and admission
+    errors), ``status`` a non-zero Iggy error code when the request failed, ``error`` a
+    consensus session error name.
+    """
+
+    client_id: int
+    request: int
+    op: int
+    status: int
+    body: bytes
+    error: str = ""
+    #: Polls only: the oldest offset the serving replica could still return (its retained
+    #: start). Observed for the checkers; a real reply carries no such field.
+    first_offset: int = 0
+
+
+Payload = ReplicaFrame | ClientRequest | ClientReply
+
+
+@dataclass(order=True, slots=True)
+class Packet:
+    deliver_tick: int
+    sequence: int
+    source: int = field(compare=False)
+    target: int = field(compare=False)
+    payload: Payload = field(compare=False)
+
+
+class Network:
+    """Links between every pair of endpoints; see the module docstring."""
+
+    def __init__(self, options: NetworkOptions, prng: random.Random) -> None:
+        self.options = options
+        self._prng = prng
+        self._heap: list[Packet] = []
+        self._sequence = 0
+        #: Directed replica links that drop everything: blocked[(source, target)].
+        self.blocked: dict[tuple[int, int], bool] = {}
+        self.faults_enabled = True
+        self.sent = 0
+        self.lost = 0
+        self.duplicated = 0
+
+    def _delay(self) -> int:
+        extra = self._prng.expovariate(1.0 / self.options.delay_mean_ticks)
+        return self.options.delay_min_ticks + int(extra)
+
+    def send(self, tick: int, source: int, target: int, payload: Payload) -> None:
+        assert source != target
+        self.sent += 1
+        copies = 1
+        if self.faults_enabled:
+            if self._prng.random() < self.options.loss:
+                self.lost += 1
+                return
+            if self._prng.random() < self.options.duplicate:
+                self.duplicated += 1
+                copies = 2
+        for _ in range(copies):
+            # At least one tick: a message is never handled in the step that sent it.
+            deliver = tick + 1 + self._delay()
+            self._sequence += 1
+            heapq.heappush(self._heap, Packet(deliver, self._sequence, source, target, payload))
+        assert len(self._heap) < PACKETS_IN_FLIGHT_MAX
+
+    def deliver_due(self, tick: int) -> list[Packet]:
+        """Every packet due by ``tick`` that no partition blocks, in delivery order."""
+        due: list[Packet] = []
+        while self._heap and self._heap[0].deliver_tick <= tick:
+            packet = heapq.heappop(self._heap)
+            if self.blocked.get((packet.source, packet.target), False):
+                continue
+            due.append(packet)
+        return due
+
+    def in_flight(self) -> int:
+        return len(self._heap)
+
+    def heal(self) -> None:
+        """No partitions, no loss, no duplication from now on (delays stay)."""
+        self.blocked = {}
+        self.faults_enabled = False

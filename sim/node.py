@@ -1,0 +1,408 @@
+"""A simulated node: one replica of every group, its disks, and the runtime's admission.
+
+Purpose: host, on one simulated machine, a ``consensus.Replica`` of the metadata group and
+of every partition group, each with the real state machine (``MetadataMachine`` or
+``PartitionMachine``) and the real journal over a ``MemoryStorage`` (:mod:`sim.disk`);
+execute the replicas' actions the way the runtime must (the host contract of
+``consensus.protocols``); and turn client requests into consensus requests the way the
+runtime's admission does, with the same ``broker.state.plane`` functions.
+
+Invariants:
+
+1. Actions of one ``step`` run in order; a ``WriteSuperblock`` is durable before the next
+   action; appends are readable at once; ``PrepareWritten`` and ``PrepareSynced`` arrive
+   later (disk latency), in append order, and never after a crash.
+2. A down node executes nothing, receives nothing and keeps only what its disks hold.
+3. Every replica of a node gets its own PRNG stream, renewed at every incarnation, so a
+   restart draws a fresh nonce and the draws of one group never shift another's.
+4. The observer sees every applied op, every restored snapshot and every step's outcome;
+   it only reads.
+
+Theory of operation: group 0 is the metadata group; group ``1 + p`` is partition ``p`` of
+stream 0, topic 0, which the workload's operator creates first. Partition groups exist on
+every node from the start, as if the runtime had already reconciled them with the
+metadata; until the topic exists admission refuses sends with "topic not found", and the
+client retries. The node's clock is ``tick * TICK_US``; a primary makes it monotonic.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from broker.state.codec import encode_command
+from broker.state.errors import ErrorCode, StateError
+from broker.state.metadata import MetadataCommand
+from broker.state.plane import (
+    MetadataMachine,
+    PartitionMachine,
+    authenticate,
+    metadata_command,
+    resolved_offset_request,
+    route_offset,
+    route_poll,
+    route_send,
+)
+from consensus.config import ReplicaConfig
+from consensus.events import (
+    Action,
+    AppendToJournal,
+    ClientRequested,
+    Event,
+    PrepareSynced,
+    PrepareWritten,
+    ReplyToClient,
+    SendToReplica,
+    SyncJournal,
+    Ticked,
+    TruncateJournal,
+    WriteCheckpoint,
+    WriteSuperblock,
+)
+from consensus.messages import Prepare, encode_message
+from consensus.protocols import DurableState, Prepared
+from consensus.replica import Replica
+from sdk import wire
+from sdk.wire.codes import CommandCode, Operation
+from sim.disk import Disk
+from sim.network import ClientReply, ClientRequest, Payload, ReplicaFrame
+from sim.options import Options
+from sim.rng import stream
+
+TICK_US: Final = 10_000
+"""One tick is 10 ms of simulated wall clock, as in production."""
+METADATA_GROUP: Final = 0
+STREAM_ID: Final = 0
+TOPIC_ID: Final = 0
+SYSTEM_CODE: Final = 0
+"""``ClientRequest.code`` of a runtime-internal metadata command (bootstrap only)."""
+
+# Client commands that become metadata ops, and those that become partition ops.
+_METADATA_CODES: Final = (
+    CommandCode.CREATE_STREAM,
+    CommandCode.CREATE_TOPIC,
+    CommandCode.CREATE_CONSUMER_GROUP,
+    CommandCode.JOIN_CONSUMER_GROUP,
+    CommandCode.LEAVE_CONSUMER_GROUP,
+)
+
+
+class Observer(Protocol):
+    """What the checkers see of a node (read-only hooks)."""
+
+    def on_apply(self, node: int, group: int, prepare: Prepare, reply: bytes) -> None: ...
+
+    def on_restore(self, node: int, group: int) -> None: ...
+
+    def on_step(self, node: int, group: int, replica: Replica) -> None: ...
+
+
+StateMachine = MetadataMachine | PartitionMachine
+
+
+class _Observed:
+    """A state machine whose applies and restores the observer sees."""
+
+    def __init__(
+        self,
+        inner: StateMachine,
+        on_apply: Callable[[Prepare, bytes], None],
+        on_restore: Callable[[], None],
+    ) -> None:
+        self.inner = inner
+        self._on_apply = on_apply
+        self._on_restore = on_restore
+
+    def prepare(
+        self, op: int, operation: int, body: bytes, timestamp_us: int, frontier: int
+    ) -> Prepared:
+        return self.inner.prepare(op, operation, body, timestamp_us, frontier)
+
+    def apply(self, prepare: Prepare) -> bytes:
+        reply = self.inner.apply(prepare)
+        self._on_apply(prepare, reply)
+        return reply
+
+    def snapshot(self) -> bytes:
+        return self.inner.snapshot()
+
+    def restore(self, snapshot: bytes) -> None:
+        self.inner.restore(snapshot)
+        self._on_restore()
+
+
+@dataclass(slots=True)
+class GroupHost:
+    """One replica of one group on this node, with its disk and pending disk work."""
+
+    group: int
+    disk: Disk
+    machine: _Observed
+    replica: Replica
+    #: (tick due, event) in completion order; writes and syncs complete in append order.
+    io: list[tuple[int, Event]] = field(default_factory=list)
+    io_tick_last: int = 0
+
+
+class Node:
+    """One machine of the cluster; see the module docstring."""
+
+    def __init__(
+        self,
+        index: int,
+        options: Options,
+        observer: Observer,
+        client_endpoints: dict[int, int],
+        replica_class: type[Replica] = Replica,
+    ) -> None:
+        self.index = index
+        self.options = options
+        self.observer = observer
+        self.client_endpoints = client_endpoints
+        self.replica_class = replica_class
+        self.alive = True
+        self.incarnation = 0
+        self.disk_slow_until = 0
+        self.outbox: list[tuple[int, Payload]] = []
+        self._disk_prng = stream(options.seed, f"disk.latency.{index}")
+        self.groups: list[GroupHost] = []
+        for group in range(1 + options.partition_count):
+            disk = Disk(stream(options.seed, f"storage.{index}.{group}"))
+            self.groups.append(self._host(group, disk, durable=None, checkpoint=None))
+
+    # Construction ------------------------------------------------------------------------
+
+    def _host(
+        self, group: int, disk: Disk, *, durable: DurableState | None, checkpoint: bytes | None
+    ) -> GroupHost:
+        inner: StateMachine
+        if group == METADATA_GROUP:
+            inner = MetadataMachine()
+        else:
+            inner = PartitionMachine(STREAM_ID, TOPIC_ID, group - 1, disk)
+        node = self.index
+        machine = _Observed(
+            inner,
+            lambda prepare, reply: self.observer.on_apply(node, group, prepare, reply),
+            lambda: self.observer.on_restore(node, group),
+        )
+        prng = stream(self.options.seed, f"replica.{node}.{group}.{self.incarnation}")
+        replica = self._make_replica(group, disk, machine, prng, durable, checkpoint)
+        return GroupHost(group, disk, machine, replica)
+
+    def _make_replica(
+        self,
+        group: int,
+        disk: Disk,
+        machine: _Observed,
+        prng: random.Random,
+        durable: DurableState | None,
+        checkpoint: bytes | None,
+    ) -> Replica:
+        config: ReplicaConfig = self.options.replica
+        return self.replica_class(
+            group,
+            self.index,
+            self.options.node_count,
+            disk,
+            machine,
+            prng,
+            persisted=self.persisted(group),
+            durable=durable,
+            checkpoint=checkpoint,
+            register_operation=Operation.REGISTER if group == METADATA_GROUP else None,
+            config=config,
+        )
+
+    def persisted(self, group: int) -> bool:
+        # The metadata group is small and rarely written: it always acks synced ops. The
+        # partition groups use the durability the swarm chose for the topic.
+        return True if group == METADATA_GROUP else self.options.persisted
+
+    # Crash and restart -------------------------------------------------------------------
+
+    def crash(self, *, power_loss: bool) -> None:
+        assert self.alive
+        self.alive = False
+        self.outbox = []
+        for host in self.groups:
+            host.io = []
+            if power_loss:
+                host.disk.power_loss()
+
+    def restart(self, tick: int) -> None:
+        assert not self.alive
+        self.alive = True
+        self.incarnation += 1
+        restarted: list[GroupHost] = []
+        for host in self.groups:
+            durable, checkpoint = host.disk.reopen()
+            new = self._host(host.group, host.disk, durable=durable, checkpoint=checkpoint)
+            restarted.append(new)
+        self.groups = restarted
+        for host in self.groups:
+            # The first step flushes the restart's own actions (truncation, RequestStartView).
+            self.step(tick, host, Ticked())
+
+    # Stepping ----------------------------------------------------------------------------
+
+    def step(self, tick: int, host: GroupHost, event: Event) -> None:
+        assert self.alive
+        actions = host.replica.step(event)
+        self._execute(tick, host, actions)
+        self.observer.on_step(self.index, host.group, host.replica)
+
+    def tick(self, tick: int) -> None:
+        for host in self.groups:
+            self.step(tick, host, Ticked())
+
+    def complete_io(self, tick: int) -> None:
+        """Report every disk completion due by ``tick``, group by group, in order."""
+        for host in self.groups:
+            while host.io and host.io[0][0] <= tick and self.alive:
+                _, event = host.io.pop(0)
+                if isinstance(event, PrepareSynced):
+                    durable = host.disk.sync()
+                    if durable < event.op:
+                        continue  # truncated meanwhile; a later sync covers the new op
+                self.step(tick, host, event)
+
+    def _io_due(self, tick: int, host: GroupHost, latency_max: int) -> int:
+        latency = self._disk_prng.randint(0, latency_max)
+        if tick < self.disk_slow_until:
+            latency *= self.options.disk.slow_factor
+        # Completions keep append order: a later one never overtakes an earlier one.
+        host.io_tick_last = max(host.io_tick_last, tick + latency)
+        return host.io_tick_last
+
+    def _execute(self, tick: int, host: GroupHost, actions: list[Action]) -> None:
+        disk = host.disk
+        for action in actions:
+            if isinstance(action, SendToReplica):
+                frame = encode_message(action.message, sender=self.index)
+                self.outbox.append((action.replica, ReplicaFrame(host.group, frame)))
+            elif isinstance(action, ReplyToClient):
+                self._reply(action)
+            elif isinstance(action, AppendToJournal):
+                disk.append(action.prepare)
+                due = self._io_due(tick, host, self.options.disk.write_ticks_max)
+                host.io.append((due, PrepareWritten(action.prepare.op, action.prepare.checksum)))
+            elif isinstance(action, SyncJournal):
+                due = self._io_due(tick, host, self.options.disk.sync_ticks_max)
+                host.io.append((due, PrepareSynced(action.op, action.checksum)))
+            elif isinstance(action, TruncateJournal):
+                disk.truncate(action.after_op)
+            elif isinstance(action, WriteSuperblock):
+                disk.write_superblock(action.state)
+            else:
+                assert isinstance(action, WriteCheckpoint)
+                disk.write_checkpoint(action.op, action.snapshot)
+
+    def _reply(self, action: ReplyToClient) -> None:
+        endpoint = self.client_endpoints.get(action.client_id)
+        if endpoint is None:
+            return  # the bootstrap's system client id: nobody waits for it
+        error = action.error.value if action.error is not None else ""
+        reply = ClientReply(
+            action.client_id, action.request, action.op, action.status, action.reply, error
+        )
+        self.outbox.append((endpoint, reply))
+
+    # Admission ---------------------------------------------------------------------------
+
+    def on_client_request(self, tick: int, source: int, request: ClientRequest) -> None:
+        """Admit a client request as the runtime does, or answer it at once."""
+        try:
+            self._admit(tick, source, request)
+        except StateError as error:
+            self.outbox.append(
+                (source, ClientReply(request.client_id, request.request, 0, int(error.code), b""))
+            )
+        except wire.ProtocolError as error:
+            self.outbox.append(
+                (source, ClientReply(request.client_id, request.request, 0, int(error.code), b""))
+            )
+
+    def _admit(self, tick: int, source: int, request: ClientRequest) -> None:
+        metadata = self.groups[METADATA_GROUP].machine.inner
+        assert isinstance(metadata, MetadataMachine)
+        state = metadata.state
+        code = request.code
+        if code == SYSTEM_CODE:
+            operation = int.from_bytes(request.payload[:4], "little")
+            self._propose(tick, METADATA_GROUP, request, operation, request.payload[4:])
+            return
+        spec = wire.COMMANDS[CommandCode(code)]
+        payload = spec.decode_request(request.payload)
+        if code == CommandCode.LOGIN_REGISTER:
+            assert isinstance(payload, wire.LoginRegister)
+            command: MetadataCommand = authenticate(
+                state, request.client_id, payload.username, payload.password
+            )
+            operation, body = encode_command(command)
+            self._propose(tick, METADATA_GROUP, request, operation, body, session=0)
+            return
+        if code in _METADATA_CODES:
+            command = metadata_command(CommandCode(code), payload)
+            refusal = state.authorize(command, request.session)
+            if refusal is not None:
+                raise StateError(refusal)
+            operation, body = encode_command(command)
+            self._propose(tick, METADATA_GROUP, request, operation, body)
+            return
+        if code == CommandCode.SEND_MESSAGES:
+            assert isinstance(payload, wire.SendMessages)
+            route = route_send(state, payload, request.session, 0)
+            group = self._partition_group(route.stream_id, route.topic_id, route.partition_id)
+            self._propose(tick, group, request, Operation.SEND_MESSAGES, request.payload)
+            return
+        if code == CommandCode.STORE_CONSUMER_OFFSET:
+            assert isinstance(payload, wire.StoreConsumerOffset)
+            route = route_offset(state, payload, request.session)
+            group = self._partition_group(route.stream_id, route.topic_id, route.partition_id)
+            body = resolved_offset_request(payload, route)
+            self._propose(tick, group, request, Operation.STORE_CONSUMER_OFFSET, body)
+            return
+        if code == CommandCode.POLL_MESSAGES:
+            assert isinstance(payload, wire.PollMessages)
+            route = route_poll(state, payload, request.session)
+            group = self._partition_group(route.stream_id, route.topic_id, route.partition_id)
+            partition = self.groups[group].machine.inner
+            assert isinstance(partition, PartitionMachine) and route.consumer is not None
+            parts, _ = partition.poll(payload, route.consumer)
+            body = b"".join(bytes(part) for part in parts)
+            first_offset = partition.state.first_offset
+            reply = ClientReply(request.client_id, request.request, 0, 0, body, "", first_offset)
+            self.outbox.append((source, reply))
+            return
+        raise StateError(ErrorCode.INVALID_COMMAND, f"the simulator does not send {code}")
+
+    def _partition_group(self, stream_id: int, topic_id: int, partition_id: int) -> int:
+        if (stream_id, topic_id) != (STREAM_ID, TOPIC_ID) or not (
+            0 <= partition_id < self.options.partition_count
+        ):
+            # Only the workload's own topic has partition groups in the simulator.
+            raise StateError(ErrorCode.PARTITION_NOT_FOUND, str(partition_id))
+        return 1 + partition_id
+
+    def _propose(
+        self,
+        tick: int,
+        group: int,
+        request: ClientRequest,
+        operation: int,
+        body: bytes,
+        *,
+        session: int | None = None,
+    ) -> None:
+        event = ClientRequested(
+            client_id=request.client_id,
+            session=request.session if session is None else session,
+            request=request.request,
+            operation=int(operation),
+            body=bytes(body),
+            timestamp_us=tick * TICK_US,
+        )
+        self.step(tick, self.groups[group], event)

@@ -1,0 +1,76 @@
+"""Four deliberately broken replicas, to prove the simulator's checkers bite.
+
+Purpose: each class overrides one of the four decision points ``consensus.replica``
+isolates for this purpose and makes the classic mistake there. They live in the
+simulator, never in production code, and are selected with ``viewstream-sim --plant``
+and by ``tests/sim/test_planted_bugs.py``.
+
+1. ``longest-log``: the new primary takes the DoViewChange with the highest op, not the
+   highest log_view (VSR Revisited §4.2 step 3 read carelessly): an older view's longer
+   log can replace committed ops.
+2. ``ack-before-write``: a backup sends PrepareOk for what it appended, before the write
+   (or sync) completed: a power loss then takes acknowledged, committed ops with it.
+3. ``table-at-prepare``: the client table records a request when it is prepared, as the
+   paper's §4.1 does: a request whose prepare a view change discards is then answered as
+   a duplicate forever (a locked-out client), or with a reply that was never committed.
+4. ``apply-past-commit``: a backup applies ops it holds beyond the commit number: a view
+   change that discards them leaves the backup's state diverged.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from consensus.messages import DoViewChange, Prepare
+from consensus.replica import Replica
+
+
+class PicksLongestLog(Replica):
+    def _canonical_do_view_change(self, dvcs: list[DoViewChange]) -> DoViewChange:
+        return max(dvcs, key=lambda d: (d.op, d.log_view, -d.replica))
+
+
+class AcksBeforeWritten(Replica):
+    def _ackable_op(self) -> int:
+        return self.journal_op
+
+
+class TableAtPrepare(Replica):
+    def _learn(self, prepare: Prepare) -> None:
+        super()._learn(prepare)
+        self._record_at_prepare(prepare)
+
+    def _append_journal(self, prepare: Prepare) -> None:
+        super()._append_journal(prepare)
+        self._record_at_prepare(prepare)
+
+    def _record_at_prepare(self, prepare: Prepare) -> None:
+        header = prepare.header
+        if header.client_id == 0 or header.op <= self.commit_min:
+            return
+        entry = self.client_table.get(header.client_id)
+        if entry is None or entry.request < header.request:
+            register = (
+                self.register_operation is not None and header.operation == self.register_operation
+            )
+            self.client_table.commit(prepare, b"", register=register)
+
+    def _commit_client_reply(self, prepare: Prepare, reply: bytes) -> None:
+        entry = self.client_table.get(prepare.header.client_id)
+        if entry is None or entry.op < prepare.op:
+            super()._commit_client_reply(prepare, reply)
+        elif entry.op == prepare.op:
+            entry.reply = reply
+
+
+class AppliesPastCommit(Replica):
+    def _apply_op_max(self) -> int:
+        return self.journal_verified_op
+
+
+PLANTED: Final[dict[str, type[Replica]]] = {
+    "longest-log": PicksLongestLog,
+    "ack-before-write": AcksBeforeWritten,
+    "table-at-prepare": TableAtPrepare,
+    "apply-past-commit": AppliesPastCommit,
+}

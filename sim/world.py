@@ -1,0 +1,339 @@
+"""The world: a discrete-event loop over virtual ticks that runs a whole cluster.
+
+Purpose: put N simulated nodes (:mod:`sim.node`), the network (:mod:`sim.network`), the
+clients (:mod:`sim.client`), the fault injector (:mod:`sim.faults`) and the checkers
+(:mod:`sim.checkers`) together, and run them from one seed to a verdict.
+
+Invariants:
+
+1. One seed (plus the code) determines the run bit for bit: every random draw comes from a
+   named stream of :mod:`sim.rng`, every collection is iterated in insertion or index
+   order, and nothing reads a clock. The trace hash (BLAKE2b-128 over every delivered
+   packet, every fault and the final state) is the proof: same seed, same hash.
+2. Within a tick the order is fixed: faults, packet deliveries (by delivery tick, then
+   send order), disk completions (node by node, group by group), replica ticks (node by
+   node, group by group), clients (by index). Actions a step returns are executed before
+   the next step; the packets they send leave at the current tick.
+3. A run ends in exactly one verdict: ``ok``, ``correctness`` (a checker), ``liveness``
+   (the healed cluster did not finish within ``ticks_heal_max``), or ``crash`` (an
+   exception escaped the code under test: an assertion in consensus, the journal or the
+   state machines).
+
+Theory of operation: the fault phase runs ``ticks_fault`` ticks with faults on. Then the
+world heals: every down node restarts, partitions and packet loss end, disks are fast,
+and clients start nothing new. The healed phase runs until no client has a request
+pending and every group has converged (every replica normal in one view, all at the
+primary's commit, nothing uncommitted), or fails liveness after ``ticks_heal_max`` ticks.
+Finally the end-of-run checkers run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import traceback
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from consensus.events import MessageReceived
+from consensus.messages import MessageError, decode_message
+from consensus.replica import Replica, Status
+from sim.checkers import Checkers, CheckFailed
+from sim.client import Client, Role
+from sim.faults import Faults
+from sim.network import CLIENT_BASE, ClientReply, ClientRequest, Network, Packet, ReplicaFrame
+from sim.node import Node
+from sim.options import Options
+from sim.rng import stream
+
+Verdict = Literal["ok", "correctness", "liveness", "crash"]
+
+EXIT_CODES: Final[dict[Verdict, int]] = {"ok": 0, "crash": 127, "liveness": 128, "correctness": 129}
+"""Process exit codes of ``viewstream-sim`` for each verdict."""
+CONVERGENCE_CHECK_TICKS: Final = 10
+"""How often the healed phase checks for convergence (it is a full scan)."""
+_PACKET: Final = struct.Struct("<QII")  # tick, source, target
+
+
+@dataclass(slots=True)
+class Result:
+    """The verdict and summary of one run."""
+
+    seed: int
+    options: Options
+    verdict: Verdict
+    checker: str
+    message: str
+    trace_hash: str
+    ticks: int
+    stats: dict[str, int] = field(default_factory=dict)
+    fault_events: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "ok"
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+
+class World:
+    """One simulated cluster and its workload; see the module docstring."""
+
+    def __init__(
+        self,
+        options: Options,
+        replica_class: type[Replica] = Replica,
+        *,
+        strict_polls: bool = False,
+    ) -> None:
+        self.options = options
+        seed = options.seed
+        self.tick_now = 0
+        self.network = Network(options.network, stream(seed, "network"))
+        self.checkers = Checkers(group_count=1 + options.partition_count, strict_polls=strict_polls)
+        workload = stream(seed, "workload")
+        roles = [Role.OPERATOR]
+        roles += [Role.PRODUCER] * options.workload.producers
+        roles += [Role.CONSUMER] * options.workload.consumers
+        self.clients: list[Client] = []
+        self.client_endpoints: dict[int, int] = {}
+        for index, role in enumerate(roles):
+            client_id = workload.getrandbits(128) | 1  # never 0: that id is reserved
+            client = Client(
+                index=index,
+                endpoint=CLIENT_BASE + index,
+                client_id=client_id,
+                role=role,
+                options=options,
+                prng=stream(seed, f"client.{index}"),
+                reporter=self.checkers,
+            )
+            self.clients.append(client)
+            self.client_endpoints[client_id] = client.endpoint
+        self.nodes = [
+            Node(index, options, self.checkers, self.client_endpoints, replica_class)
+            for index in range(options.node_count)
+        ]
+        self.faults = Faults(options, self.nodes, self.network)
+        self._trace = hashlib.blake2b(digest_size=16, person=b"viewstream-trace")
+        self._trace.update(repr(options).encode())
+        self.healed_at = 0
+        self.liveness_waived = False
+
+    # Running -----------------------------------------------------------------------------
+
+    def run(self) -> Result:
+        """Run to a verdict; never raises for a failure of the code under test."""
+        verdict: Verdict = "ok"
+        checker = ""
+        message = ""
+        try:
+            self._run()
+        except CheckFailed as failure:
+            verdict = failure.kind
+            checker = failure.checker
+            message = failure.message
+        except Exception as error:  # the code under test crashed: that is a verdict too
+            verdict = "crash"
+            checker = type(error).__name__
+            frames = traceback.extract_tb(error.__traceback__)
+            where = frames[-1] if frames else None
+            location = f" at {where.filename.rsplit('/', 1)[-1]}:{where.lineno}" if where else ""
+            message = f"{error!s}{location}".strip()
+        self._trace.update(f"{verdict}:{checker}".encode())
+        return Result(
+            seed=self.options.seed,
+            options=self.options,
+            verdict=verdict,
+            checker=checker,
+            message=message,
+            trace_hash=self._trace.hexdigest(),
+            ticks=self.tick_now,
+            stats=self._stats(),
+            fault_events=list(self.faults.log.events),
+        )
+
+    def _run(self) -> None:
+        options = self.options
+        tick_last = options.ticks_fault + options.ticks_heal_max
+        for tick in range(1, tick_last + 1):
+            self.tick_now = tick
+            if tick <= options.ticks_fault:
+                for what, index in self.faults.step(tick):
+                    self._trace.update(f"{tick}:{what}:{index}".encode())
+                    self._apply_fault(tick, what, index)
+            elif tick == options.ticks_fault + 1:
+                self._heal(tick)
+            self._step(tick)
+            healed = tick > options.ticks_fault
+            if healed and tick % CONVERGENCE_CHECK_TICKS == 0 and self._finished():
+                self._trace.update(f"finished:{tick}".encode())
+                self.checkers.check_final([[h.replica for h in n.groups] for n in self.nodes])
+                return
+        if self.faults.over_budget:
+            # More replicas lost what they acknowledged than VSR tolerates: the group may
+            # rightly refuse to make progress. Safety held throughout; say so and stop.
+            self.liveness_waived = True
+            self._trace.update(b"liveness-waived")
+            return
+        pending = [
+            f"client {c.index} {c.pending.kind.value} request {c.pending.request.request}"
+            for c in self.clients
+            if c.pending is not None
+        ]
+        raise CheckFailed(
+            "liveness",
+            "liveness",
+            f"not finished {options.ticks_heal_max} ticks after healing: "
+            f"{'; '.join(pending) or 'no pending request'}; {self._convergence_report()}",
+        )
+
+    def _step(self, tick: int) -> None:
+        for packet in self.network.deliver_due(tick):
+            self._deliver(tick, packet)
+        for node in self.nodes:
+            if node.alive:
+                node.complete_io(tick)
+                self._flush_node(tick, node)
+        for node in self.nodes:
+            if node.alive:
+                node.tick(tick)
+                self._flush_node(tick, node)
+        for client in self.clients:
+            client.tick(tick)
+            for target, request in client.outbox:
+                self.network.send(tick, client.endpoint, target, request)
+            client.outbox.clear()
+
+    def _deliver(self, tick: int, packet: Packet) -> None:
+        payload = packet.payload
+        self._trace.update(_PACKET.pack(tick, packet.source, packet.target))
+        if isinstance(payload, ReplicaFrame):
+            self._trace.update(payload.frame)
+        elif isinstance(payload, ClientRequest):
+            self._trace.update(
+                struct.pack("<QqI", payload.session, payload.request, payload.code)
+                + payload.payload
+            )
+        else:
+            self._trace.update(
+                struct.pack("<qQI", payload.request, payload.op, payload.status) + payload.body
+            )
+        if packet.target >= CLIENT_BASE:
+            assert isinstance(payload, ClientReply)
+            self.clients[packet.target - CLIENT_BASE].on_reply(tick, packet.source, payload)
+            return
+        node = self.nodes[packet.target]
+        if not node.alive:
+            return
+        if isinstance(payload, ReplicaFrame):
+            try:
+                message = decode_message(payload.frame)
+            except MessageError:
+                return  # a bad frame costs its sender the message, never the node
+            node.step(tick, node.groups[payload.group], MessageReceived(message))
+        else:
+            assert isinstance(payload, ClientRequest)
+            node.on_client_request(tick, packet.source, payload)
+        self._flush_node(tick, node)
+
+    def _flush_node(self, tick: int, node: Node) -> None:
+        for target, payload in node.outbox:
+            self.network.send(tick, node.index, target, payload)
+        node.outbox.clear()
+
+    # Faults and healing ------------------------------------------------------------------
+
+    def _apply_fault(self, tick: int, what: str, index: int) -> None:
+        node = self.nodes[index]
+        if what == "restart":
+            self._restart(tick, node)
+        else:
+            node.crash(power_loss=what == "power_loss")
+
+    def _restart(self, tick: int, node: Node) -> None:
+        self.checkers.on_restart(node.index)
+        node.restart(tick)
+        damaged = any(host.disk.journal.recovery.faulty_regions for host in node.groups)
+        self.faults.note_restart(tick, node.index, journal_damaged=damaged)
+        self._flush_node(tick, node)
+
+    def _heal(self, tick: int) -> None:
+        self.healed_at = tick
+        self._trace.update(f"heal:{tick}".encode())
+        self.network.heal()
+        for node in self.nodes:
+            node.disk_slow_until = 0
+            if not node.alive:
+                self._restart(tick, node)
+        for client in self.clients:
+            client.finishing = True
+
+    # Convergence -------------------------------------------------------------------------
+
+    def _finished(self) -> bool:
+        if any(client.pending is not None for client in self.clients):
+            return False
+        return self._convergence_report() == ""
+
+    def _convergence_report(self) -> str:
+        """Empty when every group has converged, else what is still off."""
+        for group in range(1 + self.options.partition_count):
+            replicas = [node.groups[group].replica for node in self.nodes]
+            views = [r.view for r in replicas]
+            primaries = [r for r in replicas if r.status is Status.NORMAL and r.is_primary]
+            if len(set(views)) != 1 or any(r.status is not Status.NORMAL for r in replicas):
+                statuses = ", ".join(f"{r.status.value}@{r.view}" for r in replicas)
+                return f"group {group} not in one normal view ({statuses})"
+            if len(primaries) != 1:
+                return f"group {group} has no primary"
+            primary = primaries[0]
+            commits = [r.commit_min for r in replicas]
+            if primary.op != primary.commit_max or any(c != primary.commit_max for c in commits):
+                return (
+                    f"group {group} not caught up (op {primary.op}, commit "
+                    f"{primary.commit_max}, replicas at {commits})"
+                )
+        return ""
+
+    def _stats(self) -> dict[str, int]:
+        checkers = self.checkers
+        log = self.faults.log
+        views = [h.replica.view for n in self.nodes for h in n.groups]
+        return {
+            "committed_ops": checkers.committed_ops(),
+            "acked_sends": len(checkers.acks),
+            "acked_messages": sum(len(a.message_ids) for a in checkers.acks),
+            "polls": checkers.polls_checked,
+            "messages_polled": checkers.messages_polled,
+            "poll_gaps": checkers.poll_gaps,
+            "requests_completed": sum(c.completed for c in self.clients),
+            "requests_abandoned": sum(c.abandoned for c in self.clients),
+            "view_max": max(views, default=0),
+            "packets_sent": self.network.sent,
+            "packets_lost": self.network.lost,
+            "packets_duplicated": self.network.duplicated,
+            "crashes": log.crashes,
+            "outages": log.outages,
+            "power_losses": log.power_losses,
+            "restarts": log.restarts,
+            "partitions": log.partitions,
+            "corruptions": log.corruptions,
+            "slow_disks": log.slow_disks,
+            "healed_at": self.healed_at,
+            "liveness_waived": int(self.liveness_waived),
+        }
+
+
+def run_seed(
+    seed: int,
+    *,
+    faults: bool = True,
+    replica_class: type[Replica] = Replica,
+    strict_polls: bool = False,
+) -> Result:
+    """Run the simulation of ``seed`` (the one entry point the CLI and the tests use)."""
+    options = Options.from_seed(seed, faults=faults)
+    return World(options, replica_class, strict_polls=strict_polls).run()
