@@ -7,8 +7,10 @@ leader) for metadata operations and sessions, and the partition's own group (pri
 ``(view + group) % n``) for sends and offset writes. The client cannot compute a
 partition's group number, so it learns primaries from replies:
 
-* a successful write answered by node ``r`` in view ``v`` makes ``r`` the cached primary
-  of that group and records the group's residue ``(r - v) % n`` (= ``group % n``);
+* a successful write whose reply replica ``r`` made in view ``v`` makes ``r`` the cached
+  primary of that group and records the group's residue ``(r - v) % n`` (= ``group % n``);
+  ``r`` is the reply header's replica index (a backup that forwarded the write answers
+  with the primary's reply), or the answering node when the roster is not known;
 * a ``TransientNotAccepted`` (58) from node ``b`` in view ``v`` drops ``b`` as the cached
   primary and, when the residue is known, points the cache at ``(v + residue) % n``
   straight away; otherwise the caller rotates through the roster.
@@ -230,15 +232,27 @@ class Cluster:
         if address in self.nodes:
             self.home = address
 
-    def on_primary(self, route: RouteKey, address: NodeAddress, view: int) -> None:
-        """A write on ``route`` succeeded on ``address``, whose reply was made in ``view``."""
+    def on_primary(
+        self, route: RouteKey, address: NodeAddress, view: int, replica: int | None = None
+    ) -> None:
+        """A write on ``route`` succeeded: ``address`` answered with a reply made in
+        ``view`` by ``replica`` (the reply header's replica index).
+
+        A node that is a backup of the group forwards the write to the primary's node, so
+        the replica that made the reply may not be the node that answered; once the
+        roster is known (replica order), the reply's replica names the primary and the
+        next write goes there directly. Without it, the answering node is taken.
+        """
+        primary = address
+        if replica is not None and self.roster_known and 0 <= replica < len(self.nodes):
+            primary = self.nodes[replica]
         if route == METADATA:
-            self.metadata_primary = address
+            self.metadata_primary = primary
             return
         assert isinstance(route, PartitionGroup)
-        _remember(self._primaries, route, address)
-        if address in self.nodes:
-            residue = (self.nodes.index(address) - view) % len(self.nodes)
+        _remember(self._primaries, route, primary)
+        if primary in self.nodes:
+            residue = (self.nodes.index(primary) - view) % len(self.nodes)
             _remember(self._residues, route, residue)
 
     def on_not_primary(self, route: RouteKey, address: NodeAddress, view: int) -> None:

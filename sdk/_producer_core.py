@@ -4,8 +4,9 @@ batch may be sent.
 Purpose: the trio and the blocking producer share this accumulator and differ only in how
 they wait. Messages are appended per partition into an *open* batch; a batch is *sealed*
 when one more message would exceed ``batch_length_max`` messages or
-``batch_size_bytes_max`` bytes; an open batch becomes sendable when it has lingered
-``linger_s`` seconds, or at once when the producer flushes.
+``batch_size_bytes_max`` bytes, or would make its origin timestamps span more than a batch
+can carry (``MAX_TIMESTAMP_DELTA_US``); an open batch becomes sendable when it has
+lingered ``linger_s`` seconds, or at once when the producer flushes.
 
 Invariants:
 
@@ -28,7 +29,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Final
 
-from sdk.wire import MESSAGE_HEADER_SIZE, OutgoingMessage
+from sdk.wire import MAX_TIMESTAMP_DELTA_US, MESSAGE_HEADER_SIZE, OutgoingMessage
 
 __all__ = ["BATCH_LENGTH_MAX", "Accumulator", "PendingBatch", "message_size"]
 
@@ -50,12 +51,24 @@ class PendingBatch:
         opened_at: When the first message was appended.
         messages: The messages.
         size_bytes: Their batch bytes (without the 256-byte batch header).
+        origin_min: The smallest origin timestamp among them (µs).
+        origin_max: The largest.
     """
 
     partition_id: int
     opened_at: float
     messages: list[OutgoingMessage] = field(default_factory=list)
     size_bytes: int = 0
+    origin_min: int = 0
+    origin_max: int = 0
+
+    def takes(self, message: OutgoingMessage) -> bool:
+        """Whether ``message``'s origin timestamp keeps the batch's span encodable."""
+        if not self.messages:
+            return True
+        low = min(self.origin_min, message.origin_timestamp)
+        high = max(self.origin_max, message.origin_timestamp)
+        return high - low <= MAX_TIMESTAMP_DELTA_US
 
 
 class Accumulator:
@@ -120,12 +133,16 @@ class Accumulator:
         if batch is not None and (
             len(batch.messages) + 1 > self.batch_length_max
             or batch.size_bytes + size > self.batch_size_bytes_max
+            or not batch.takes(message)
         ):
             self._seal(batch)
             batch = None
         if batch is None:
-            batch = PendingBatch(partition_id, now)
+            stamp = message.origin_timestamp
+            batch = PendingBatch(partition_id, now, origin_min=stamp, origin_max=stamp)
             self._open[partition_id] = batch
+        batch.origin_min = min(batch.origin_min, message.origin_timestamp)
+        batch.origin_max = max(batch.origin_max, message.origin_timestamp)
         batch.messages.append(message)
         batch.size_bytes += size
         self.buffered_bytes += size

@@ -19,16 +19,19 @@ randomness from the injected ``random.Random``.
 
 Invariants:
 
-1. The client id is random and non-zero, minted once, and kept across reconnects,
-   failovers and re-registrations; only logout forgets it (as the official SDK does).
+1. The client id is random and non-zero, minted at the first request, and kept across
+   reconnects and failovers; logout forgets it (as the official SDK does), and so does a
+   session the cluster ended, since a client table answers a second Register from a
+   known client id with the old session (or drops it).
 2. Request numbers follow the official 0.9.0 SDK: Register sends 0; reads send the
    counter without advancing it; Logout, metadata operations and partition operations
    (send, store/delete offset) send the counter and advance it, even when refused. The
-   counter belongs to the client id, so it keeps counting across re-registrations (the
-   server keeps the client's watermark when the same client id registers again).
-3. A retry re-sends the same body under the same request number (with the current
-   session), so the server's client table answers a retried write from its cached reply:
-   a write retried by the SDK is applied at most once.
+   counter keeps counting under a new client id (any number above 0 is new for it).
+3. A retry re-sends the same body under the same client id, session and request number,
+   so the server's client table answers a retried write from its cached reply: a write
+   retried by the SDK is applied at most once. A write whose outcome is in doubt when its
+   session ends is never re-sent under a new one (the table deduplicates per session);
+   it fails with ``outcome_unknown``.
 4. A session is lock-step: one call at a time per core (the drivers hold a lock around
    each step).
 5. Every call ends: attempts are bounded by ``ATTEMPTS_MAX`` and ``retry_deadline_s``;
@@ -61,6 +64,7 @@ from sdk.errors import (
     error_for_code,
     error_for_eviction,
 )
+from sdk.errors import SessionEvicted as SessionEndedError
 from sdk.types import (
     ConsumerRef,
     IdLike,
@@ -259,6 +263,12 @@ class SessionState:
         if operation is not Operation.NON_REPLICATED:
             self.next_request = number + 1
         return number
+
+    def abandon(self) -> None:
+        """Drop the session and the client id (the cluster ended the session; a new
+        client id registers the next one). The request counter keeps counting."""
+        self.client_id = 0
+        self.session = 0
 
     def forget(self) -> None:
         """Drop the client id, session and counter (after logout)."""
@@ -555,11 +565,11 @@ class ClientCore:
                     and self._credentials is not None
                     and not relogged
                 ):
-                    # The server forgot our session (restart, table eviction): register
-                    # again with the same client id and replay.
+                    # The server forgot our session (restart, table eviction).
+                    if uncertain and replicated:
+                        raise self._session_lost(None) from None
                     relogged = True
-                    self.session.session = 0
-                    yield from self._register(deadline)
+                    yield from self._register_anew(deadline)
                     continue
                 if isinstance(failure, RequestAlreadyApplied) and uncertain:
                     failure = RequestAlreadyApplied(
@@ -569,16 +579,24 @@ class ClientCore:
                 raise failure from None
             except SessionEvicted as evicted:
                 self.cluster.on_answer(address)
-                if (
+                yield Disconnect(address)  # the node closes the connection after it
+                relogin = (
                     evicted.reason in _RELOGIN_EVICTIONS
                     and operation is not Operation.REGISTER
-                    and self.session.logged_in
                     and self._credentials is not None
-                    and not relogged
-                ):
+                )
+                if relogin and relogged and evicted.reason is EvictionReason.NO_SESSION:
+                    # This call registered a session and this node has not applied that
+                    # register yet (a backup behind, a node just restarted): an eviction
+                    # applies nothing, so try the request on another node.
+                    tried.add(address)
+                    last = error_for_eviction(evicted.reason)
+                    continue
+                if relogin and not relogged and self.session.logged_in:
+                    if uncertain and replicated:
+                        raise self._session_lost(evicted.reason) from None
                     relogged = True
-                    self.session.session = 0
-                    yield from self._register(deadline)
+                    yield from self._register_anew(deadline)
                     continue
                 self.session.session = 0
                 raise error_for_eviction(
@@ -588,7 +606,7 @@ class ClientCore:
                 ) from None
             self.cluster.on_answer(address)
             if write_route is not None:
-                self.cluster.on_primary(write_route, address, header.view)
+                self.cluster.on_primary(write_route, address, header.view, header.replica)
             return _Answer(address, header, payload)
 
     @staticmethod
@@ -610,6 +628,32 @@ class ClientCore:
         return answer.payload
 
     # --- session -----------------------------------------------------------------------
+
+    def _register_anew(self, deadline: float) -> Step[LoginRegisterReply]:
+        """Register again after the cluster ended our session, under a new client id.
+
+        A cluster's client table answers a Register from a client id it knows with that
+        client's old (ended) session, or drops it, so the same id cannot open a second
+        session; the request counter keeps counting (any number above 0 is new for a new
+        client id).
+        """
+        self.session.abandon()
+        return (yield from self._register(deadline))
+
+    def _session_lost(self, reason: EvictionReason | None) -> SessionEndedError:
+        """The error for a write whose outcome was unknown when its session ended.
+
+        Re-sending it under a new session would let the cluster apply it a second time
+        (its client table deduplicates per client id and session), so it is not re-sent;
+        the next call registers a new session.
+        """
+        self.session.abandon()
+        return SessionEndedError(
+            IggyErrorCode.INVALID_SESSION,
+            "the session ended while the write's outcome was unknown; not re-sent",
+            eviction=reason,
+            outcome_unknown=True,
+        )
 
     def _register(self, deadline: float | None = None) -> Step[LoginRegisterReply]:
         assert self._credentials is not None

@@ -60,6 +60,9 @@ class ClientConfig:
         username: Login user; ``None`` for a client that logs in explicitly.
         password: Login password.
         request_timeout_s: How long one attempt (dial, send, wait for the reply) may take.
+            Longer than a viewstream node's own bound on a request (10 s, after which it
+            answers a transient error), so a live node answers before the client gives up
+            on the connection (closing it ends the session on that node).
         connect_timeout_s: How long dialing a node may take (within the attempt).
         retry_deadline_s: How long one call may take, retries included. A write that is
             retried within it keeps its request number, so it is applied at most once.
@@ -74,7 +77,7 @@ class ClientConfig:
     seeds: tuple[NodeAddress, ...] = (NodeAddress("127.0.0.1", DEFAULT_PORT),)
     username: str | None = None
     password: str | None = None
-    request_timeout_s: float = 10.0
+    request_timeout_s: float = 15.0
     connect_timeout_s: float = 5.0
     retry_deadline_s: float = 30.0
     backoff_min_s: float = 0.05

@@ -276,9 +276,26 @@ class ConsumerGroupAlreadyExists(AlreadyExists):
 
 class SessionEvicted(IggyError):
     """The server ended the session (an eviction frame) for a reason without a more
-    specific error; ``eviction`` says why."""
+    specific error; ``eviction`` says why.
+
+    Attributes:
+        outcome_unknown: The session ended while a write was in doubt (an earlier attempt
+            may have been applied). The SDK does not re-send such a write under a new
+            session, since the cluster could then apply it twice.
+    """
 
     default_code = IggyErrorCode.INVALID_SESSION
+
+    def __init__(
+        self,
+        code: int | None = None,
+        detail: str = "",
+        *,
+        eviction: EvictionReason | None = None,
+        outcome_unknown: bool = False,
+    ) -> None:
+        super().__init__(code, detail, eviction=eviction)
+        self.outcome_unknown = outcome_unknown
 
 
 class IncompatibleProtocol(IggyError):

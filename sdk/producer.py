@@ -29,7 +29,13 @@ from typing import TYPE_CHECKING, Final, Literal, TypedDict, Unpack
 import trio
 
 from sdk._producer_core import Accumulator, PendingBatch, message_size
-from sdk.errors import IggyError, ProducerBufferFull, ProducerClosed, ProducerSendError
+from sdk.errors import (
+    IggyError,
+    InvalidFormat,
+    ProducerBufferFull,
+    ProducerClosed,
+    ProducerSendError,
+)
 from sdk.types import (
     IdLike,
     MessageLike,
@@ -40,6 +46,7 @@ from sdk.types import (
 )
 from sdk.wire import (
     HEADER_SIZE,
+    MAX_PAYLOAD_BYTES,
     Balanced,
     Identifier,
     MessagesKey,
@@ -186,6 +193,10 @@ class _ProducerState:
         return message.outgoing(message_id, message.origin_timestamp or time.time_ns() // 1000)
 
     def check_size(self, outgoing: OutgoingMessage) -> int:
+        if len(outgoing.payload) > MAX_PAYLOAD_BYTES:
+            raise ValueError(
+                f"a payload of {len(outgoing.payload)} bytes exceeds {MAX_PAYLOAD_BYTES}"
+            )
         size = message_size(outgoing)
         if size > self.accumulator.buffer_size_bytes_max:
             raise ProducerBufferFull(detail=f"a {size}-byte message exceeds the whole buffer")
@@ -289,13 +300,16 @@ class AsyncProducer:
                     continue
                 error: IggyError | None = None
                 try:
+                    buffer = state.build(batch)
                     await session._run(
                         session._core.send_prepared(
-                            state.stream_id, state.topic_id, batch.partition_id, state.build(batch)
+                            state.stream_id, state.topic_id, batch.partition_id, buffer
                         )
                     )
                 except IggyError as failure:
                     error = failure
+                except ValueError as invalid:  # a batch the wire format cannot carry
+                    error = InvalidFormat(detail=str(invalid))
                 state.record(batch, error)
                 self._notify()
         finally:
@@ -314,6 +328,7 @@ class AsyncProducer:
             ProducerBufferFull: the buffer stayed full (backpressure ``fail`` or a
                 timed-out ``block_with_timeout``), or a message exceeds the buffer.
             ProducerClosed: the producer is closed.
+            ValueError: a payload exceeds Iggy's ``MAX_PAYLOAD_BYTES``.
         """
         state = self._state
         if state.closed:
@@ -322,16 +337,21 @@ class AsyncProducer:
             state.partitions_count = await self._client._run(
                 self._client._core.partitions_count(state.stream_id, state.topic_id)
             )
-        for value in messages:
+        accumulator = state.accumulator
+        for count, value in enumerate(messages, 1):
             outgoing = state.outgoing(value, self._rng)
             size = state.check_size(outgoing)
             await self._wait_for_room(size)
             if state.closed:
                 raise ProducerClosed
-            state.accumulator.append(
-                state.partition_for(partitioning), outgoing, trio.current_time()
-            )
+            accumulator.append(state.partition_for(partitioning), outgoing, trio.current_time())
+            if count % accumulator.batch_length_max == 0:
+                # Let the senders ship what is sealed and read their replies: batching
+                # a long call must not starve the batches already in flight.
+                self._notify()
+                await trio.lowlevel.checkpoint()
         self._notify()
+        await trio.lowlevel.checkpoint()
 
     async def _wait_for_room(self, size: int) -> None:
         state = self._state
@@ -468,9 +488,9 @@ class Producer:
                     deadline = accumulator.next_deadline()
                     timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
                     condition.wait(timeout)
-            buffer = state.build(batch)
             error: IggyError | None = None
             try:
+                buffer = state.build(batch)
                 session._run(
                     session._core.send_prepared(
                         state.stream_id, state.topic_id, batch.partition_id, buffer
@@ -478,6 +498,8 @@ class Producer:
                 )
             except IggyError as failure:
                 error = failure
+            except ValueError as invalid:  # a batch the wire format cannot carry
+                error = InvalidFormat(detail=str(invalid))
             with condition:
                 state.record(batch, error)
                 condition.notify_all()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from sdk._protocol import (
@@ -29,6 +29,7 @@ from sdk.wire import (
     ClusterNode,
     ClusterNodeRole,
     ClusterNodeStatus,
+    Command,
     CommandCode,
     Empty,
     LoginRegisterReply,
@@ -247,6 +248,12 @@ class Scripted:
         self.sessions = iter(range(SESSION, SESSION + 1000))
 
     def __call__(self, sent: Sent) -> bytes | bytearray | TransportError:
+        answer = self._answer(sent)
+        if isinstance(answer, TransportError):
+            return answer
+        return self._stamp_replica(sent.address, answer)
+
+    def _answer(self, sent: Sent) -> bytes | bytearray | TransportError:
         handler = self.handlers.get(sent.code)
         if handler is not None:
             return handler(sent)
@@ -255,3 +262,16 @@ class Scripted:
         if sent.code is CommandCode.GET_CLUSTER_METADATA:
             return ok(sent, metadata(self.roster, self.leader))
         return ok(sent)
+
+    def _stamp_replica(self, address: NodeAddress, answer: bytes | bytearray) -> bytes:
+        """A node answers with its own replica index (its place in the roster), unless a
+        handler chose another one (a backup answering with its primary's reply)."""
+        frame = decode_frame(bytes(answer))
+        if frame.command is not Command.REPLY or address not in self.roster:
+            return bytes(answer)
+        header = frame.reply_header()
+        if header.replica != 0:
+            return bytes(answer)
+        stamped = bytearray(answer)
+        replace(header, replica=self.roster.index(address)).pack_into(stamped)
+        return bytes(stamped)

@@ -102,3 +102,24 @@ def test_copy_shares_nothing_mutable() -> None:
     other.nodes.append(NODE_C)
     assert c.cached_primary(PartitionGroup(1, 1, 1)) == NODE_B
     assert NODE_C not in c.nodes
+
+
+def test_a_forwarded_reply_names_the_primary_by_its_replica_index() -> None:
+    """A backup that forwarded the write answers with the reply the primary made: once
+    the roster (replica order) is known, the reply's replica is the cached primary."""
+    c = cluster(NODE_A, NODE_B, NODE_C)
+    c.update_roster(metadata([NODE_A, NODE_B, NODE_C], leader=0), NODE_A)
+    key = PartitionGroup("s", "t", 1)
+    c.on_primary(key, NODE_A, view=4, replica=2)  # answered by A, made by C
+    assert c.cached_primary(key) == NODE_C
+    c.on_not_primary(key, NODE_C, view=5)  # residue (2 - 4) % 3 = 1: (5 + 1) % 3 = 0
+    assert c.cached_primary(key) == NODE_A
+    c.on_primary(METADATA, NODE_B, view=0, replica=0)
+    assert c.metadata_primary == NODE_A
+
+
+def test_without_a_roster_the_answering_node_is_taken_for_the_primary() -> None:
+    c = cluster(NODE_A, NODE_B)
+    key = PartitionGroup("s", "t", 0)
+    c.on_primary(key, NODE_B, view=0, replica=0)
+    assert c.cached_primary(key) == NODE_B

@@ -69,9 +69,10 @@ def topic_details(partitions: int) -> TopicDetails:
     return TopicDetails(info, tuple(PartitionInfo(i, 0, 1, 0, 0, 0) for i in range(partitions)))
 
 
-def confirmed(sent: Sent) -> bytes:
+def confirmed(sent: Sent, *, view: int = 0, replica: int = 0) -> bytes:
     partition = send_partition(sent)
-    return ok(sent, SendMessagesReply((SendConfirmation(1, 0, partition, 0),)))
+    reply = SendMessagesReply((SendConfirmation(1, 0, partition, 0),))
+    return ok(sent, reply, view=view, replica=replica)
 
 
 # --- request numbers and sessions ----------------------------------------------------------
@@ -273,7 +274,10 @@ def test_a_persistently_malformed_reply_fails_as_invalid_format() -> None:
 # --- evictions and sessions -----------------------------------------------------------------
 
 
-def test_session_loss_re_registers_with_the_same_client_id_and_replays_the_request() -> None:
+def test_session_loss_registers_a_new_client_id_and_replays_the_request() -> None:
+    """An eviction applies nothing, so a request evicted on its first attempt is sent
+    again under a new session. The cluster's client table answers a Register from a known
+    client id with the old session, so the new session needs a new client id."""
     core, _ = make_core()
     trace = Trace()
     server = Scripted({CommandCode.CREATE_STREAM: lambda s: ok(s, STREAM)})
@@ -292,10 +296,60 @@ def test_session_loss_re_registers_with_the_same_client_id_and_replays_the_reque
     registers = [s for s in trace.sent if s.code is CommandCode.LOGIN_REGISTER]
     creates = [s for s in trace.sent if s.code is CommandCode.CREATE_STREAM]
     assert len(registers) == 2
-    assert {s.header.client for s in trace.sent} == {client}
+    assert registers[0].header.client == client != registers[1].header.client
+    assert [c.header.client for c in creates] == [client, client, registers[1].header.client]
     assert [c.header.request for c in creates] == [1, 2, 2]
     assert creates[1].header.session == SESSION and creates[2].header.session == SESSION + 1
-    assert core.session.next_request == 3, "the counter survives re-registration"
+    assert core.session.next_request == 3, "the counter keeps counting"
+
+
+def test_session_loss_while_a_write_is_in_doubt_fails_it_instead_of_resending() -> None:
+    """The first attempt may have been applied (its connection broke after the write);
+    the retry is evicted. Re-sending under a new session could apply it twice, so the
+    call fails with outcome_unknown and the next call registers a new client id."""
+    core, clock = make_core()
+    trace = Trace()
+    server = Scripted({CommandCode.CREATE_STREAM: lambda s: ok(s, STREAM)})
+    drive(core, core.create_stream("a"), server, clock=clock, trace=trace)
+    client = core.session.client_id
+    attempts: list[Sent] = []
+
+    def lost_then_evicted(sent: Sent) -> bytes | ConnectionLost:
+        attempts.append(sent)
+        if len(attempts) == 1:
+            return ConnectionLost(sent.address, "reset after the write")
+        return evict(sent, EvictionReason.NO_SESSION)
+
+    server.handlers[CommandCode.CREATE_STREAM] = lost_then_evicted
+    with pytest.raises(SessionEvicted) as raised:
+        drive(core, core.create_stream("b"), server, clock=clock, trace=trace)
+    assert raised.value.outcome_unknown
+    assert len(attempts) == 2 and {a.header.request for a in attempts} == {2}
+    assert [s for s in trace.sent if s.code is CommandCode.LOGIN_REGISTER][1:] == []
+    server.handlers[CommandCode.CREATE_STREAM] = lambda s: ok(s, STREAM)
+    drive(core, core.create_stream("c"), server, clock=clock, trace=trace)
+    registers = [s for s in trace.sent if s.code is CommandCode.LOGIN_REGISTER]
+    assert len(registers) == 2 and registers[1].header.client not in (0, client)
+
+
+def test_eviction_from_a_node_behind_a_fresh_register_moves_to_another_node() -> None:
+    """After the call registered again, a node that has not applied that register evicts
+    the new session; the request goes to another node instead of failing."""
+    core, _ = make_core(seeds=(NODE_A, NODE_B))
+    server = Scripted({CommandCode.CREATE_STREAM: lambda s: ok(s, STREAM)}, roster=[NODE_A, NODE_B])
+    drive(core, core.create_stream("a"), server)
+    seen: list[Sent] = []
+
+    def behind_on_a(sent: Sent) -> bytes:
+        seen.append(sent)
+        if sent.address == NODE_A:
+            return evict(sent, EvictionReason.NO_SESSION)
+        return ok(sent, STREAM)
+
+    server.handlers[CommandCode.CREATE_STREAM] = behind_on_a
+    drive(core, core.create_stream("b"), server)
+    assert [s.address for s in seen] == [NODE_A, NODE_A, NODE_B]
+    assert seen[0].header.session != seen[1].header.session == seen[2].header.session
 
 
 def test_unauthenticated_read_after_a_server_restart_logs_in_again() -> None:

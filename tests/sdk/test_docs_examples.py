@@ -1,9 +1,9 @@
 """The examples of docs/sdk.md, run as tests.
 
 Every fenced ``python`` block right after a ``<!-- sdk-example: name -->`` marker is a
-complete program that reads its node from ``VIEWSTREAM_URL``. Each runs here against the
-SDK tests' fake cluster, and against a real node once one is available: set
-``VIEWSTREAM_TEST_URL`` (or override the ``real_node_url`` fixture with a broker fixture).
+complete program that reads its node from ``VIEWSTREAM_URL``. Each runs, as its own
+Python process, against the SDK tests' fake cluster and against a real ``viewstream
+serve`` process (the module's ``real_node``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.runtime.processes import NodeProcess
 from tests.sdk.fake_server import FakeCluster
+from tests.sdk.real import node_url
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sdk.md"
 MARKER = re.compile(r"<!-- sdk-example: ([a-z0-9-]+) -->\n```python\n(.*?)\n```", re.DOTALL)
@@ -61,19 +63,7 @@ def test_docs_example_runs_against_the_fake_cluster(name: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
-@pytest.fixture
-def real_node_url() -> str:
-    """The connection string of a running viewstream node (root user ``iggy``)."""
-    url = os.environ.get("VIEWSTREAM_TEST_URL")
-    if not url:
-        pytest.skip(
-            "needs a running viewstream node: set VIEWSTREAM_TEST_URL=iggy://iggy:iggy@host:port "
-            "or override the real_node_url fixture with the broker fixture"
-        )
-    return url
-
-
 @EXAMPLES
-def test_docs_example_runs_against_a_real_node(name: str, real_node_url: str) -> None:
-    result = run_example(name, real_node_url)
+def test_docs_example_runs_against_a_real_node(name: str, real_node: NodeProcess) -> None:
+    result = run_example(name, node_url(real_node.address))
     assert result.returncode == 0, result.stderr

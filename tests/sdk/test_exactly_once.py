@@ -12,9 +12,11 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
+import pytest
 import trio
 
 from sdk import AsyncClient, Client, Message
+from sdk.errors import SessionEvicted
 from sdk.wire import CommandCode, EvictionReason
 from tests.sdk.conftest import run_trio, url
 from tests.sdk.fake_server import FakeCluster, RequestRecord
@@ -84,7 +86,12 @@ def test_primary_killed_mid_send_many_times_every_message_lands_exactly_once(
     assert_applied_once(fake3)
 
 
-def test_session_eviction_mid_retry_re_registers_and_still_deduplicates(fake: FakeCluster) -> None:
+def test_session_eviction_of_a_send_in_doubt_fails_it_and_never_appends_it_twice(
+    fake: FakeCluster,
+) -> None:
+    """The first attempt is applied and its connection closed; the retry is evicted. The
+    SDK cannot know whether the send landed and a new session would not deduplicate it,
+    so it reports the send as in doubt; the next send registers a new client id."""
     with Client.from_connection_string(url(fake)) as client:
         client.create_stream("s")
         client.create_topic("s", "t", 1)
@@ -92,13 +99,15 @@ def test_session_eviction_mid_retry_re_registers_and_still_deduplicates(fake: Fa
         fake.add_fault(
             "evict", code=CommandCode.SEND_MESSAGES, times=1, eviction=EvictionReason.NO_SESSION
         )
-        client.send_messages("s", "t", [Message(b"m", id=1)], 0)
+        with pytest.raises(SessionEvicted) as raised:
+            client.send_messages("s", "t", [Message(b"m", id=1)], 0)
+        assert raised.value.outcome_unknown
         client.send_messages("s", "t", [Message(b"m", id=2)], 0)
     assert ids_in(fake, "s", "t", 1) == [[1, 2]]
     assert len(fake.requests_of(CommandCode.LOGIN_REGISTER)) == 2
     sends = fake.requests_of(CommandCode.SEND_MESSAGES)
-    assert len({r.client for r in sends}) == 1
-    assert len({r.session for r in sends}) == 2
+    assert len({r.client for r in sends}) == 2
+    assert len({(r.client, r.session) for r in sends}) == 2
     assert_applied_once(fake)
 
 

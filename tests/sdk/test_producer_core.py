@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sdk._producer_core import Accumulator, message_size
-from sdk.wire import OutgoingMessage
+from sdk.wire import MAX_TIMESTAMP_DELTA_US, OutgoingMessage, build_batch
 
 
 def message(i: int, size: int = 10) -> OutgoingMessage:
@@ -31,6 +31,23 @@ def test_a_batch_is_sealed_at_the_count_limit_and_sent_without_lingering() -> No
     batch = acc.take(0.0, flushing=False)
     assert batch is not None and [m.id for m in batch.messages] == [1, 2, 3]
     assert acc.take(0.0, flushing=False) is None, "partition 0 is in flight (ordered)"
+
+
+def test_a_batch_is_sealed_before_its_origin_timestamps_span_more_than_a_batch_carries() -> None:
+    """A batch stores origin timestamps as deltas from its smallest one; a message far
+    from the others (an old event replayed, a clock jump) starts a new batch."""
+    acc = accumulator(batch_length_max=100)
+    base = 1_700_000_000_000_000
+    stamps = [base, base + 5, base + MAX_TIMESTAMP_DELTA_US + 1, base + MAX_TIMESTAMP_DELTA_US]
+    for i, stamp in enumerate(stamps):
+        acc.append(0, OutgoingMessage(i + 1, b"x", b"", stamp), now=0.0)
+    first = acc.take(0.0, flushing=True)
+    assert first is not None and [m.id for m in first.messages] == [1, 2]
+    acc.complete(first)
+    second = acc.take(0.0, flushing=True)
+    assert second is not None and [m.id for m in second.messages] == [3, 4]
+    for batch in (first, second):
+        build_batch(batch.messages)  # encodable
 
 
 def test_a_batch_is_sealed_before_it_would_exceed_the_byte_limit() -> None:
