@@ -212,9 +212,12 @@ async def _poll(
     spec: ActorSpec, client: LoadClient, offset: int | None, count: int
 ) -> tuple[float, float, Polled]:
     started = time.perf_counter()
+    # A group member names no partition: the broker serves the one the group assigns it.
+    # Join order decides the assignment, so an e2ecg member's own partition (the one it
+    # writes) may belong to another member; polling it would be refused for ever.
     polled = await client.poll(
         spec.stream,
-        partition=spec.partition,
+        partition=None if spec.group is not None else spec.partition,
         group=spec.group,
         offset=offset,
         count=count,

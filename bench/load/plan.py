@@ -14,8 +14,9 @@ groups ``cg-1 .. cg-G``, group ``g`` on stream ``g``.
 * ``bcg``: consumer ``i`` polls as a member of group ``i mod G``;
 * ``bpcg``: both at once;
 * ``e2ecg``: producing consumer ``i`` joins group ``i mod G`` and writes partition
-  ``(i div G) mod partitions`` of its group's stream, so with one partition per member
-  each member reads back one writer's batches.
+  ``(i div G) mod partitions`` of its group's stream and polls whatever partitions the
+  group assigns it (join order decides which), so with one partition per member each
+  member reads back one writer's batches, not necessarily its own.
 
 Invariants: actor names are unique; every stream an actor names is in ``streams``;
 every group is on a stream of the plan.
