@@ -134,7 +134,8 @@ def _storage(path: Path, *, no_sync: bool) -> tuple[FileStorage, Storage]:
 class Recovered:
     """What a group's storage held at open: the replica's restart inputs."""
 
-    #: None for a freshly formatted group (no superblock written and an empty journal).
+    #: None for a group this open formatted (its directory did not exist); a reopened
+    #: group always restarts through recovery, even with no superblock and no record.
     durable: DurableState | None
     #: The snapshot the superblock's checkpoint names (None when the checkpoint is 0).
     checkpoint: bytes | None
@@ -154,6 +155,10 @@ class GroupStore:
         """
         self.path = path
         self.no_sync = no_sync
+        # Whether this open formats the group. A directory that already existed held a
+        # replica that may have acknowledged prepares, even if its journal is now empty
+        # (a torn first record) and it never wrote a superblock: it must recover.
+        self.created = not path.exists()
         path.mkdir(parents=True, exist_ok=True)
         self._group_files, self._group_storage = _storage(path, no_sync=no_sync)
         self._journal_files, journal_storage = _storage(path / "journal", no_sync=no_sync)
@@ -172,7 +177,7 @@ class GroupStore:
     def recovered(self) -> Recovered:
         """The restart inputs for the replica; blocks on the disk (reads a checkpoint)."""
         state = self.superblock.state
-        if self.superblock.sequence == 0 and self.journal.op_head == 0:
+        if self.created and self.superblock.sequence == 0 and self.journal.op_head == 0:
             return Recovered(None, None, ())
         durable = DurableState(
             view=state.view,
