@@ -1,0 +1,63 @@
+"""The short chaos soak CI runs: real processes, every fault kind, nothing acknowledged lost.
+
+``bench.chaos.run.run_chaos`` starts three node processes behind the fault proxy, loads
+them with the SDK (producers with exactly-once retries, positional and stored-offset
+consumers) and applies faults from ``CI_SEED`` for ``DURATION_S``: kill -9 of primaries
+and backups, SIGSTOP, isolation, one-way cuts, loss, delay, stalls, a torn or corrupted
+segment tail and a kill -9 of every node. Then it heals, checks the history against every
+node's log, kills every node at once, compares the replicas' committed records byte for
+byte, restarts them and checks again. ``docs/reliability.md`` has the 10-minute version.
+
+Two known bugs are counted here instead of failing the run (``docs/reliability.md``,
+"Findings"): a node that caught up by state transfer serves a partition only from its
+snapshot on, and once every node did, the messages below all their snapshots are lost
+(``lost_below_retained_start``; ``test_known_bugs.py`` fails on it strictly); and right
+after a node restart the stored-offset consumer can be served an older stored offset
+than the one it saw acknowledged (``KNOWN_ANOMALIES``). Everything else fails the run:
+any other lost, duplicated or diverging message.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.chaos.faults import FAULT_KINDS
+from bench.chaos.run import ChaosConfig, run_chaos
+
+CI_SEED = 3
+DURATION_S = 75.0
+KNOWN_ANOMALIES = frozenset({"stored-offset [nonmonotonic-poll]", "stored-offset [poll-skip]"})
+"""Finding 3 of docs/reliability.md: remove once the stored offset no longer goes back."""
+
+
+@pytest.mark.slow
+def test_chaos_soak_loses_and_duplicates_no_acknowledged_message(tmp_path: Path) -> None:
+    lines: list[str] = []
+    config = ChaosConfig(
+        seed=CI_SEED,
+        duration_s=DURATION_S,
+        hold_s=(1.0, 3.0),
+        gap_s=(0.5, 1.0),
+        recover_timeout_s=60.0,
+        final_timeout_s=90.0,
+        folder=tmp_path / "chaos",
+        allow_retained_gaps=True,
+    )
+    report = run_chaos(config, lines.append)
+    story = "\n".join(lines) + "\n" + report.summary()
+    story += f"\nreplay: viewstream-chaos --seed {CI_SEED} --duration {DURATION_S:g}"
+    assert report.harness_error is None, story
+    assert not report.liveness, story
+    assert report.verdict is not None, story
+    assert report.verdict.lost == 0 and report.verdict.duplicated == 0, story
+    assert report.verdict.missing_on_a_replica == 0, story
+    for verdict in (report.verdict, report.crash_verdict):
+        assert verdict is not None, story
+        unexpected = {k: n for k, n in verdict.counts.items() if k not in KNOWN_ANOMALIES}
+        assert not unexpected and not verdict.violations_omitted, story
+    assert not report.replica_problems and not report.crash_problems, story
+    assert report.verdict.messages_acknowledged > 1000, story
+    assert report.records_compared > 100, story
+    assert len(report.fault_counts()) >= len(FAULT_KINDS) - 2, story
