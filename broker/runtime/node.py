@@ -14,19 +14,28 @@ Invariants:
 2. Every request but PING and the login needs a live session whose client id matches the
    header's. A connection waits (bounded) for its own earlier writes and its session to
    be applied locally before it is judged, so a read on a backup sees the writes it was
-   acknowledged ("read your writes" per connection).
+   acknowledged ("read your writes" per connection). A session above what this node
+   applied is not yet known here, not unknown: it is refused as transient (58), not
+   evicted, unless this node is the metadata primary and knows of no such op.
 3. Passwords are verified against scrypt hashes in a worker thread and never logged or
    stored in clear; every new password (the root's, CREATE_USER's, CHANGE_PASSWORD's) is
    hashed here with a fresh salt before it is proposed, so only the hash is replicated.
 4. The node's own requests (the root user, auto-commit offsets, purges, ending the
-   session of a closed connection) go through a system client with its own client id and
-   session, one request at a time per group, so the client tables stay exact.
+   session of a closed connection that logged in) go through a system client with its own
+   client id and session, one request at a time per group, so the client tables stay
+   exact. A connection that only carried a session (a client keeps one per node, all with
+   the same session) leaves it alone when it closes.
 5. Shutdown order: stop accepting, let connections finish the request in hand, stop the
    groups, sync and close every journal.
 6. A connection acts for another session only after ATTACH_CONSUMER_SESSION named a live
    session of the same user and client id, once this node applied the metadata op the
    route was given at; it then uses that session for partition requests (group
    membership), and its own rights, which are the same user's.
+7. A reply the client routes writes by names the group's primary: a committed write's
+   header carries the view it committed in and that view's primary (not this node's
+   index: a backup forwards writes to the primary's node), and a refusal (58) carries the
+   group's current view and its primary here, the metadata group's for a request that
+   names no partition. Replies made here from local state (reads, routes) name this node.
 
 Theory of operation: ``run`` opens the metadata group first (recovering and replaying
 it), which reconciles the partition groups after every applied op; then it starts the
@@ -182,6 +191,9 @@ class ConnectionContext:
     address: str
     client_id: int = 0
     session: int = 0
+    #: The session this connection registered (its login), ended when it closes; other
+    #: connections may carry the same session and leave it alone when they close.
+    registered_session: int = 0
     #: The session this connection acts for in partition requests, once the client
     #: attached it (ATTACH_CONSUMER_SESSION): the session it holds on its coordinator
     #: node, whose consumer-group memberships its polls and offset writes use.
@@ -454,17 +466,18 @@ class Node:
         self.connections -= 1
         if self.connections == 0:
             self._connections_idle.set()
+        session = context.registered_session
         machine = self.metadata.metadata
-        if context.session and machine is not None and not self.stopping:
+        if session and machine is not None and not self.stopping:
             try:
-                machine.state.session(context.session)
+                machine.state.session(session)
             except StateError:
                 return
-            # The client is gone: end its session so its consumer groups rebalance.
+            # The connection that logged in is gone: end its session so its consumer
+            # groups rebalance. A connection that only carried the session does not get
+            # here: the client may still use it on its other connections.
             if self._nursery is not None:
-                self._nursery.start_soon(
-                    self.system.run, self.metadata, EndSession(context.session)
-                )
+                self._nursery.start_soon(self.system.run, self.metadata, EndSession(session))
 
     async def _ticker(self) -> None:
         def deliver(ticks: int) -> None:
@@ -721,10 +734,18 @@ class Node:
             return _status(header, ErrorCode.UNAUTHENTICATED)
         # A session is the op of its register: wait until this node has applied it, if
         # this node has heard of that op at all (a made-up session is not waited for).
+        metadata = self.metadata
         seen = context.seen.get(METADATA_GROUP, 0)
-        if header.session <= max(self.metadata.known_op, seen):
-            await self._catch_up(self.metadata, header.session)
-        machine = self.metadata.metadata
+        if header.session <= max(metadata.known_op, seen):
+            await self._catch_up(metadata, header.session)
+        if header.session > metadata.applied_op and not (
+            metadata.is_primary and header.session > metadata.known_op
+        ):
+            # Not applied here yet: the other replicas may have committed the register
+            # while this one lags. Only a primary in normal status has every committed op
+            # in its log, so only it may take a session above all it knows for made up.
+            return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+        machine = metadata.metadata
         assert machine is not None
         try:
             info = machine.state.session(header.session)
@@ -757,10 +778,10 @@ class Node:
             )
         machine = self.metadata.metadata
         if machine is None:
-            return _status(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+            return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
         if not machine.state.users():
             # A new cluster whose root user is not committed yet: try again shortly.
-            return _status(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+            return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
         try:
             user = machine.state.user(login.username)
         except StateError:
@@ -786,6 +807,7 @@ class Node:
                 return _evict(header.client, reason)
             context.client_id = header.client
             context.session = outcome.op
+            context.registered_session = outcome.op
             context.seen[METADATA_GROUP] = outcome.op
         return self._answer(context, self.metadata, header, outcome)
 
@@ -811,6 +833,8 @@ class Node:
         if isinstance(outcome, Replied):
             seen = context.seen.get(host.group_id, 0)
             context.seen[host.group_id] = max(seen, outcome.op)
+            # The primary that committed it, which is not this node when a backup
+            # forwarded the request: the client sends its next write there.
             return Response(
                 [
                     build_reply_frame(
@@ -819,12 +843,12 @@ class Node:
                         op=outcome.op,
                         commit=outcome.commit,
                         view=outcome.view & 0xFFFF_FFFF,
-                        replica=self.replica_index,
+                        replica=self._primary_of(host, outcome.view),
                     )
                 ]
             )
         if isinstance(outcome, Refused):
-            return _status(header, outcome.status)
+            return self._refused(header, outcome.status, host)
         assert isinstance(outcome, SessionLost)
         reason = (
             EvictionReason.NO_SESSION
@@ -832,6 +856,22 @@ class Node:
             else EvictionReason.SESSION_ERROR
         )
         return _evict(header.client, reason)
+
+    def _primary_of(self, host: GroupHost, view: int) -> int:
+        """The replica index of ``host``'s group's primary in ``view``, as
+        ``consensus.Replica.primary_index`` computes it."""
+        return (view + host.group_id) % self.replica_count
+
+    def _refused(
+        self, header: RequestHeader, status: int, host: GroupHost | None = None
+    ) -> Response:
+        """A status reply naming the current view of ``host``'s group here (the metadata
+        group's when the request names no partition) and that view's primary, so a client
+        told 58 can route again. During a view change it is the view being started."""
+        host = self.metadata if host is None else host
+        replica = host.replica
+        view = 0 if replica is None else replica.view
+        return _status(header, status, view=view, replica=self._primary_of(host, view))
 
     async def _dispatch(
         self,
@@ -861,6 +901,7 @@ class Node:
             outcome = await self._submit(self.metadata, header, *encode_command(command))
             if code is CommandCode.LOGOUT_USER and isinstance(outcome, Replied):
                 context.session = 0
+                context.registered_session = 0
             return self._answer(context, self.metadata, header, outcome)
         if code is CommandCode.SEND_MESSAGES:
             assert isinstance(payload, wire.SendMessages)
@@ -878,7 +919,7 @@ class Node:
             assert isinstance(payload, wire.StoreConsumerOffset | wire.DeleteConsumerOffset)
             acting = self._acting_session(context, session)
             if acting is None:
-                return _status(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+                return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
             route = route_offset(state, payload, acting)
             host = self._partition_host(route)
             body = resolved_offset_request(payload, route)
@@ -970,7 +1011,7 @@ class Node:
         primary = host.primary_index
         nodes = self.cluster_metadata().nodes
         if primary is None or primary >= len(nodes):
-            return _status(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+            return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
         attachment = wire.ConsumerSessionAttachment(
             header.client, header.session, self.metadata.applied_op
         )
@@ -987,7 +1028,7 @@ class Node:
         once this node has applied the metadata the coordinator routed with."""
         await self._catch_up(self.metadata, attachment.metadata_op)
         if self.metadata.applied_op < attachment.metadata_op:
-            return _status(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+            return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
         state = self._state()
         own = state.session(header.session)
         try:
@@ -1029,7 +1070,7 @@ class Node:
             if code is CommandCode.POLL_PRIMARY:
                 acting = self._acting_session(context, session)
                 if acting is None:
-                    return _status(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+                    return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
                 session = acting
             try:
                 route = route_poll(state, payload, session)
@@ -1049,7 +1090,7 @@ class Node:
             host = self._partition_host(route)
             if code is CommandCode.POLL_PRIMARY and not host.is_primary:
                 # Routed here by a stale route: the client asks for the route again.
-                return _status(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+                return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
             await host.opened.wait()
             await self._catch_up(host, context.seen.get(host.group_id, 0))
             await host.wait_journal_readable()
@@ -1241,7 +1282,7 @@ def _reply(header: RequestHeader, body: bytes = b"", *, replica: int = 0) -> Res
     return Response([build_reply_frame(header, body, replica=replica)])
 
 
-def _status(header: RequestHeader, status: int) -> Response:
+def _status(header: RequestHeader, status: int, *, view: int = 0, replica: int = 0) -> Response:
     log.debug(
         "request %d (operation %s, code %d): status %d",
         header.request,
@@ -1249,7 +1290,8 @@ def _status(header: RequestHeader, status: int) -> Response:
         header.code,
         int(status),
     )
-    return Response([build_reply_frame(header, status=int(status))])
+    frame = build_reply_frame(header, status=int(status), view=view & 0xFFFF_FFFF, replica=replica)
+    return Response([frame])
 
 
 def _evict(client: int, reason: EvictionReason) -> Response:

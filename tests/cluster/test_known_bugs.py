@@ -37,13 +37,6 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
         process.kill()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=wire.SessionEvicted,
-    reason="broker/runtime/node.py connection_closed() ends the session of any connection "
-    "that used it, while the client still uses it on its other connections (the SDK keeps "
-    "one per node, and drops one on every timeout)",
-)
 def test_closing_one_connection_of_a_session_leaves_the_session_to_its_other_connections(
     single: NodeProcess,
 ) -> None:

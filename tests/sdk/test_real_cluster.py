@@ -73,14 +73,6 @@ def test_client_learns_the_roster_and_leader_from_any_node(real_cluster: RealClu
         assert client.get_stream("roster") is not None
 
 
-@pytest.mark.xfail(
-    reason=(
-        "broker: a backup that forwards a write answers with its own replica index "
-        "(Node._answer: replica=self.replica_index), so no reply names the partition's "
-        "primary and the client keeps sending to the backup, which forwards every write"
-    ),
-    strict=True,
-)
 def test_writes_go_straight_to_each_partition_primary(real_cluster: RealCluster) -> None:
     with Client.from_connection_string(real_cluster.url(0, **OPTIONS)) as client:
         client.create_stream("routing")

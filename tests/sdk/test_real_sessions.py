@@ -51,14 +51,6 @@ def test_closing_the_connection_that_logged_in_ends_the_session(real_node: NodeP
     wait_session_ended(real_node.address, owner)
 
 
-@pytest.mark.xfail(
-    reason=(
-        "broker: Node.connection_closed ends the session of *any* closed connection that "
-        "carried it, so a client that holds one session over several connections (one per "
-        "node) loses it when any one of them closes"
-    ),
-    strict=True,
-)
 def test_closing_another_connection_that_carries_the_session_keeps_it(
     real_node: NodeProcess,
 ) -> None:

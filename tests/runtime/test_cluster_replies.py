@@ -1,0 +1,234 @@
+"""What a node of a real 3-node cluster puts in the reply header, and whom it evicts.
+
+A client routes writes by reply headers: a committed write names the view it committed in
+and that view's primary, and a refusal with 58 names the group's current view and primary,
+so the next request goes straight to the right node. These tests read raw frames
+(``broker.runtime.client.WireClient``) so each names exactly what a node says. The cluster
+runs behind the chaos fault proxy (``bench.chaos.nodes.ChaosCluster``), which can cut one
+node off the replica bus while its clients still reach it; every process binds 127.0.0.1
+and is killed in teardown.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench.chaos.nodes import ChaosCluster
+from broker.runtime.client import WireClient
+from sdk import wire
+from sdk.wire import CommandCode, IggyErrorCode
+from tests.runtime.processes import CLUSTER_SECRET, ROOT_PASSWORD
+
+NODES = 3
+PARTITIONS = 3
+TICK_MS = 5
+PRIMARY_TIMEOUT_S = 20.0
+CATCH_UP_TIMEOUT_S = 30.0
+SESSION_END_WAIT_S = 3.0
+METADATA = "metadata"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ChaosCluster]:
+    with tempfile.TemporaryDirectory(prefix="viewstream-replies-") as folder:
+        running = ChaosCluster(
+            Path(folder),
+            root_password=ROOT_PASSWORD,
+            cluster_secret=CLUSTER_SECRET,
+            tick_ms=TICK_MS,
+        )
+        try:
+            running.start()
+            yield running
+        finally:
+            running.close()
+
+
+def primary_of(cluster: ChaosCluster, group: str) -> tuple[int, int]:
+    """``(node, view)`` of the replica of ``group`` that is primary in normal status in the
+    highest view any node reports, waiting (bounded) until there is one."""
+    deadline = time.monotonic() + PRIMARY_TIMEOUT_S
+    while True:
+        best: tuple[int, int] | None = None
+        for index in range(cluster.count):
+            report = cluster.runtime_stats(index)
+            entry = None if report is None else report["groups"].get(group)
+            if entry is None or not entry["primary"] or entry["status"] != "normal":
+                continue
+            if best is None or entry["view"] > best[1]:
+                best = (index, int(entry["view"]))
+        if best is not None:
+            return best
+        assert time.monotonic() < deadline, f"no primary of {group} in {PRIMARY_TIMEOUT_S}s"
+        time.sleep(0.1)
+
+
+def login(address: str) -> tuple[WireClient, wire.ReplyHeader]:
+    """A logged-in connection and the header of its login reply (a new cluster refuses
+    logins with 58 until its root user is committed: retried, bounded)."""
+    body = wire.LoginRegister("iggy", ROOT_PASSWORD).encode()
+    deadline = time.monotonic() + PRIMARY_TIMEOUT_S
+    while True:
+        client = WireClient(address)
+        frame = client.call_raw(int(CommandCode.LOGIN_REGISTER), body)
+        header = frame.reply_header()
+        if header.status == 0:
+            reply = wire.read_reply(CommandCode.LOGIN_REGISTER, frame)
+            assert isinstance(reply, wire.LoginRegisterReply)
+            client.session = reply.session
+            return client, header
+        client.close()
+        assert header.status == IggyErrorCode.TRANSIENT_NOT_ACCEPTED, header.status
+        assert time.monotonic() < deadline, f"no login at {address} in {PRIMARY_TIMEOUT_S}s"
+        time.sleep(0.1)
+
+
+def create_topic(cluster: ChaosCluster, stream: str) -> list[str]:
+    """A stream with one topic "t" of ``PARTITIONS`` partitions; their group names."""
+    client, _ = login(cluster.client_addresses[0])
+    with client:
+        created = client.call(CommandCode.CREATE_STREAM, wire.CreateStream(stream))
+        assert isinstance(created, wire.StreamDetails)
+        topic = client.call(
+            CommandCode.CREATE_TOPIC,
+            wire.CreateTopic(wire.Identifier(stream), PARTITIONS, "t", ()),
+        )
+        assert isinstance(topic, wire.TopicDetails)
+    return [f"partition {created.stream.id}/{topic.topic.id}/{p.id}" for p in topic.partitions]
+
+
+def carry(owner: WireClient, address: str) -> WireClient:
+    """Another connection, to ``address``, that carries ``owner``'s client id and session."""
+    other = WireClient(address)
+    other.client_id, other.session, other.request = owner.client_id, owner.session, owner.request
+    return other
+
+
+def test_a_backup_answers_a_forwarded_write_in_the_name_of_the_primary(
+    cluster: ChaosCluster,
+) -> None:
+    groups = create_topic(cluster, "forwarded")
+    metadata_primary, metadata_view = primary_of(cluster, METADATA)
+    backup = (metadata_primary + 1) % NODES
+    client, login_header = login(cluster.client_addresses[backup])
+    # The login is a metadata write: the backup forwarded it to the metadata primary.
+    assert (login_header.replica, login_header.view) == (metadata_primary, metadata_view)
+    with client:
+        checked = 0
+        for partition, group in enumerate(groups):
+            primary, view = primary_of(cluster, group)
+            if primary == backup:
+                continue
+            body = wire.build_send_messages(
+                wire.Identifier("forwarded"),
+                wire.Identifier("t"),
+                wire.PartitionId(partition),
+                [wire.OutgoingMessage(partition + 1, b"forwarded")],
+            )
+            frame = client.call_raw(int(CommandCode.SEND_MESSAGES), body)
+            header = frame.reply_header()
+            assert header.status == 0
+            assert (header.replica, header.view) == (primary, view), group
+            checked += 1
+        assert checked >= 1, "every partition's primary is the node written to"
+
+
+def test_a_stale_poll_at_a_backup_is_refused_naming_the_partition_primary(
+    cluster: ChaosCluster,
+) -> None:
+    groups = create_topic(cluster, "stale-route")
+    primaries = [primary_of(cluster, group) for group in groups]
+    assert any(node != 0 for node, _ in primaries), "some partition's primary is not node 0"
+    for partition, (primary, view) in enumerate(primaries):
+        backup = (primary + 1) % NODES
+        client, _ = login(cluster.client_addresses[backup])
+        with client:
+            poll = wire.PollMessages(
+                wire.Consumer(wire.ConsumerKind.CONSUMER, wire.Identifier(1)),
+                wire.Identifier("stale-route"),
+                wire.Identifier("t"),
+                partition,
+                wire.PollingStrategy(wire.PollingKind.FIRST, 0),
+                10,
+                False,
+            )
+            frame = client.call_raw(int(CommandCode.POLL_PRIMARY), poll.encode())
+        header = frame.reply_header()
+        assert header.status == IggyErrorCode.TRANSIENT_NOT_ACCEPTED
+        assert (header.replica, header.view) == (primary, view), groups[partition]
+
+
+def test_a_session_newer_than_a_lagging_backup_is_refused_there_not_evicted(
+    cluster: ChaosCluster,
+) -> None:
+    primary, _ = primary_of(cluster, METADATA)
+    lagging = (primary + 1) % NODES
+    links = [cluster.link_name(lagging, peer) for peer in range(NODES) if peer != lagging]
+    for link in links:
+        cluster.proxy_command({"op": "block", "link": link, "blocked": True})
+    try:
+        # Committed by the primary and the third node; the cut-off node never hears of it.
+        owner, _ = login(cluster.client_addresses[primary])
+        with owner, carry(owner, cluster.client_addresses[lagging]) as other:
+            frame = other.call_raw(int(CommandCode.GET_STREAMS))
+            assert frame.command is wire.Command.REPLY, "evicted by a node that lags"
+            header = frame.reply_header()
+            assert header.status == IggyErrorCode.TRANSIENT_NOT_ACCEPTED
+            assert header.replica == header.view % NODES  # the metadata primary of its view
+            for link in links:
+                cluster.proxy_command({"op": "block", "link": link, "blocked": False})
+            # Once the node catches up, the same connection is served.
+            deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
+            while True:
+                frame = other.call_raw(int(CommandCode.GET_STREAMS))
+                assert frame.command is wire.Command.REPLY, "evicted while catching up"
+                status = frame.reply_header().status
+                if status == 0:
+                    break
+                assert status == IggyErrorCode.TRANSIENT_NOT_ACCEPTED
+                assert time.monotonic() < deadline, "the cut-off node never caught up"
+                time.sleep(0.1)
+    finally:
+        cluster.proxy_command({"op": "heal"})
+
+
+def served(client: WireClient) -> bool:
+    """Whether ``client``'s session is honoured (False while the node refuses with 58)."""
+    frame = client.call_raw(int(CommandCode.GET_STREAMS))
+    assert frame.command is wire.Command.REPLY, f"evicted: {frame.eviction_header().reason.name}"
+    status = frame.reply_header().status
+    assert status in (0, IggyErrorCode.TRANSIENT_NOT_ACCEPTED), status
+    return status == 0
+
+
+def wait_served(client: WireClient) -> None:
+    deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
+    while not served(client):
+        assert time.monotonic() < deadline, f"{client.address} never applied the session"
+        time.sleep(0.05)
+
+
+def test_only_the_connection_that_logged_in_ends_the_session_when_it_closes(
+    cluster: ChaosCluster,
+) -> None:
+    owner, _ = login(cluster.client_addresses[0])
+    with owner:
+        # A client keeps one connection per node, all with the session it registered.
+        with carry(owner, cluster.client_addresses[1]) as other:
+            wait_served(other)
+        time.sleep(SESSION_END_WAIT_S)  # time for the node to end it, if it is going to
+        assert served(owner)
+    with carry(owner, cluster.client_addresses[1]) as probe:
+        deadline = time.monotonic() + SESSION_END_WAIT_S
+        while True:
+            frame = probe.call_raw(int(CommandCode.GET_STREAMS))
+            if frame.command is wire.Command.EVICTION:
+                break
+            assert time.monotonic() < deadline, "closing the owner did not end the session"
+            time.sleep(0.05)
+        assert frame.eviction_header().reason is wire.EvictionReason.NO_SESSION
