@@ -20,9 +20,11 @@ PIPELINE_PREPARES_MAX: Final = 8
 CLIENTS_MAX: Final = 64
 #: Ops asked for in one RequestPrepares (each answer is one Prepare message).
 REPAIR_CHUNK_MAX: Final = 16
-#: A replica more than this many ops behind the commit catches up by state transfer.
+#: A replica more than this many ops behind the commit catches up by state transfer (in a
+#: group that allows it; see ``ReplicaConfig.state_transfer``).
 REPAIR_OPS_MAX: Final = 256
-#: Repair rounds without progress before falling back to state transfer.
+#: Repair rounds without progress before falling back to state transfer (or, where state
+#: transfer is off, before asking the primary again).
 REPAIR_ATTEMPTS_MAX: Final = 8
 #: Ops between checkpoints (a snapshot plus a superblock write); None disables them.
 CHECKPOINT_INTERVAL_OPS: Final = 1024
@@ -70,6 +72,12 @@ class ReplicaConfig:
     repair_timeout_ticks: int = REPAIR_TIMEOUT_TICKS
     recovering_timeout_ticks: int = RECOVERING_TIMEOUT_TICKS
     state_transfer_timeout_ticks: int = STATE_TRANSFER_TIMEOUT_TICKS
+    state_transfer: bool = True
+    """Whether a replica far behind may jump to a peer's snapshot. False for a group whose
+    log *is* its data (a partition: the journal is the message log, and a snapshot holds
+    only offsets and the client table): jumping would leave a hole of acknowledged
+    messages in this replica's log. Such a replica repairs every op instead, from the
+    primary, which vouches for ops the replica has no header of (``RepairPrepare``)."""
 
     def __post_init__(self) -> None:
         # The view-change suffix must cover the whole pipeline plus one anchor op.

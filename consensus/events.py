@@ -145,6 +145,18 @@ class WriteCheckpoint:
     snapshot: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class RepairJournal:
+    """Make the committed record of ``prepare.op`` durable again, before the next action:
+    rewrite it in place if recovery found it damaged (``Log.faulty_ops``), else append it
+    at the head (recovery cut the journal below the checkpoint; ops come in ascending
+    order, so it is always the head's next op). The prepare is proven the committed one
+    (vouched by a replica of the same view, or matched against the parent checksum of the
+    intact record above it)."""
+
+    prepare: Prepare
+
+
 Action = (
     SendToReplica
     | ReplyToClient
@@ -153,4 +165,5 @@ Action = (
     | TruncateJournal
     | WriteSuperblock
     | WriteCheckpoint
+    | RepairJournal
 )

@@ -74,6 +74,7 @@ class Command(enum.IntEnum):
     REQUEST_PREPARES = 8
     REQUEST_SNAPSHOT = 9
     SNAPSHOT_CHUNK = 10
+    REPAIR_PREPARE = 11
 
 
 # Frame header, little-endian, 40 bytes.
@@ -355,6 +356,23 @@ class RequestPrepares:
 
 
 @dataclass(frozen=True, slots=True)
+class RepairPrepare:
+    """A repair answer the sender vouches for: ``prepare`` is in the log of view ``view``.
+
+    Only a replica in normal status sends one, and only for an op of its verified log, so
+    the log of ``view`` (its ``log_view``) holds ``prepare``. A receiver in normal status
+    in the same view may take it without a hash-chain proof: this is how a replica far
+    behind repairs ops whose headers it has never seen (a plain Prepare answer can only be
+    verified against a known header or the parent of a known child).
+    """
+
+    group: int
+    replica: int
+    view: int
+    prepare: Prepare
+
+
+@dataclass(frozen=True, slots=True)
 class RequestSnapshot:
     """Ask a peer for the chunk at ``offset`` of its snapshot at ``op`` (0: any snapshot)."""
 
@@ -388,6 +406,7 @@ Message = (
     | StartView
     | RequestStartView
     | RequestPrepares
+    | RepairPrepare
     | RequestSnapshot
     | SnapshotChunk
 )
@@ -458,6 +477,12 @@ def encode_message(message: Message, *, sender: int | None = None) -> bytes:
     elif isinstance(message, RequestPrepares):
         body = _REQUEST_PREPARES.pack(message.op_min, message.op_max)
         command = Command.REQUEST_PREPARES
+    elif isinstance(message, RepairPrepare):
+        prepare = message.prepare
+        assert len(prepare.body) == prepare.header.body_size
+        assert prepare.header.group == message.group
+        body = prepare.header.pack() + prepare.body
+        command = Command.REPAIR_PREPARE
     elif isinstance(message, RequestSnapshot):
         body = _REQUEST_SNAPSHOT.pack(message.op, message.offset)
         command = Command.REQUEST_SNAPSHOT
@@ -513,13 +538,9 @@ def _decode_body(
     command: Command, replica: int, group: int, view: int, body: memoryview
 ) -> Message:
     if command is Command.PREPARE:
-        header = unpack_prepare_header(body)
-        payload = bytes(body[PREPARE_HEADER.size :])
-        if len(payload) != header.body_size or checksum(payload) != header.body_checksum:
-            raise MessageError("prepare body does not match its header")
-        if header.group != group:
-            raise MessageError("prepare group disagrees with its frame")
-        return Prepare(header=header, body=payload)
+        return _decode_prepare(group, body)
+    if command is Command.REPAIR_PREPARE:
+        return RepairPrepare(group, replica, view, _decode_prepare(group, body))
     if command is Command.PREPARE_OK:
         op, prepare_checksum = _exact(body, _PREPARE_OK)
         assert isinstance(op, int) and isinstance(prepare_checksum, bytes)
@@ -560,6 +581,16 @@ def _decode_body(
         raise MessageError("snapshot chunk past the end of its snapshot")
     data = bytes(body[_SNAPSHOT_CHUNK.size :])
     return SnapshotChunk(group, replica, view, op, size, offset, snapshot_checksum, data)
+
+
+def _decode_prepare(group: int, body: memoryview) -> Prepare:
+    header = unpack_prepare_header(body)
+    payload = bytes(body[PREPARE_HEADER.size :])
+    if len(payload) != header.body_size or checksum(payload) != header.body_checksum:
+        raise MessageError("prepare body does not match its header")
+    if header.group != group:
+        raise MessageError("prepare group disagrees with its frame")
+    return Prepare(header=header, body=payload)
 
 
 def _decode_headers(body: memoryview, offset: int, count: int, stride: int) -> list[PrepareHeader]:

@@ -94,6 +94,7 @@ from consensus.events import (
     MessageReceived,
     PrepareSynced,
     PrepareWritten,
+    RepairJournal,
     ReplyToClient,
     SendToReplica,
     SyncJournal,
@@ -112,6 +113,7 @@ from consensus.messages import (
     Prepare,
     PrepareHeader,
     PrepareOk,
+    RepairPrepare,
     RequestPrepares,
     RequestSnapshot,
     RequestStartView,
@@ -267,6 +269,13 @@ class Replica:
         self._recovering_attempts = 0
         # Repair and state transfer.
         self._repair_lo_last = -1
+        self._repair_hi_asked = 0  # op_max of the latest RequestPrepares
+        # Committed ops whose records recovery found damaged below the checkpoint, ascending;
+        # repaired from peers where the log is the data (``config.state_transfer`` off).
+        self._faulty_committed: list[int] = []
+        # The journal on disk ends below the checkpoint (recovery cut committed records):
+        # nothing may be appended until the missing committed ops are back (backfill).
+        self._backfill_pending = False
         self._repair_attempts = 0
         self._state_transfer: _StateTransfer | None = None
         self._snapshot_cache: tuple[int, bytes, bytes] | None = None  # op, bytes, checksum
@@ -365,6 +374,17 @@ class Replica:
         self._op_synced = op
         if op < log_op_max:
             self._actions.append(TruncateJournal(after_op=op))
+        if not self.config.state_transfer:
+            # The log is the data: committed records below the checkpoint that recovery
+            # found damaged, or cut (the journal ends below the checkpoint), come back
+            # from peers, in op order (``RepairJournal``).
+            self._faulty_committed = [k for k in faulty if k <= self.commit_min]
+            if log_op_max < self.commit_min:
+                self._faulty_committed += range(log_op_max + 1, self.commit_min + 1)
+            # Until they are back, nothing is appended: a damaged region that reaches
+            # above the checkpoint is cut whole by the truncation above, so the journal
+            # may end below the checkpoint even when recovery kept it longer.
+            self._backfill_pending = bool(self._faulty_committed)
         self.commit_max = max(self.commit_min, durable.commit)
         # Replay: committed ops in the journal are applied silently (no replies).
         self._apply_committed()
@@ -404,6 +424,8 @@ class Replica:
             self.on_request_start_view(message)
         elif isinstance(message, RequestPrepares):
             self.on_request_prepares(message)
+        elif isinstance(message, RepairPrepare):
+            self.on_repair_prepare(message)
         elif isinstance(message, RequestSnapshot):
             self.on_request_snapshot(message)
         else:
@@ -538,6 +560,7 @@ class Replica:
             and self.is_primary
             and self.commit_min == self.commit_max
             and self.durable.log_view == self.view
+            and not self._backfill_pending
         ):
             return
         register = (
@@ -686,7 +709,7 @@ class Replica:
 
     def _append_ready(self) -> None:
         """Append waiting prepares that continue the verified journal, in op order."""
-        if self.journal_verified_op != self.journal_op:
+        if self.journal_verified_op != self.journal_op or self._backfill_pending:
             return
         while True:
             prepare = self._prepares.get(self.journal_op + 1)
@@ -830,7 +853,10 @@ class Replica:
 
     def on_prepare(self, message: Prepare) -> None:
         header = message.header
-        if self.status is Status.RECOVERING or header.op <= self.commit_min:
+        if self.status is Status.RECOVERING:
+            return
+        if header.op <= self.commit_min:
+            self._repair_committed(message, vouched=False)
             return
         if header.view > self.view:
             # A newer view exists that we missed; ask its primary rather than guess.
@@ -1272,9 +1298,11 @@ class Replica:
     def _request_repair(self) -> None:
         if self.status is Status.RECOVERING or self.replica_count == 1:
             return
+        self._request_committed_repair()
         if self._state_transfer is not None:
             return
-        if self.commit_max - self.commit_min > self.config.repair_ops_max:
+        transfer = self.config.state_transfer
+        if transfer and self.commit_max - self.commit_min > self.config.repair_ops_max:
             self._start_state_transfer()
             return
         op_min = self._missing_op_min()
@@ -1288,14 +1316,16 @@ class Replica:
             self._repair_attempts = 0
         if self._repair_attempts > self.config.repair_attempts_max and op_min <= self.commit_max:
             self._repair_attempts = 0
-            self._start_state_transfer()
-            return
+            if transfer:
+                self._start_state_transfer()
+                return
         target = max(self.op, self.commit_max)
         op_max = min(target, op_min + self.config.repair_chunk_max - 1)
         if self.status is Status.NORMAL and not self.is_primary and self._repair_attempts < 2:
             peer = self.primary
         else:
             peer = self._random_peer()
+        self._repair_hi_asked = op_max
         self._send(peer, RequestPrepares(self.group, self.replica, self.view, op_min, op_max))
 
     def on_repair_timeout(self) -> None:
@@ -1314,8 +1344,88 @@ class Replica:
                 prepare = self._prepares.get(op) or self._log.read(op)
                 if prepare is None:
                     continue
-            # The asker verifies every answer by checksum, so sending is always safe.
-            self._send(message.replica, prepare)
+            if self.status is Status.NORMAL and self._in_log(prepare):
+                # Ours to vouch for: the asker, if it follows this view, needs no proof.
+                self._send(
+                    message.replica,
+                    RepairPrepare(self.group, self.replica, self.view, prepare),
+                )
+            else:
+                # The asker verifies a plain answer by checksum, so sending is always safe.
+                self._send(message.replica, prepare)
+
+    def _in_log(self, prepare: Prepare) -> bool:
+        """Whether ``prepare`` is known to be in the log of ``log_view``."""
+        op = prepare.op
+        if op <= self.journal_verified_op:
+            known = self._journal.get(op)
+            if known is not None:
+                return known.checksum == prepare.checksum
+            # Below commit_min: committed, and this op's record is the one we applied.
+            return op < self.commit_min
+        return self._expected_checksum(op) == prepare.checksum
+
+    def on_repair_prepare(self, message: RepairPrepare) -> None:
+        prepare = message.prepare
+        if prepare.header.group != self.group:
+            return
+        window = self.journal_verified_op + self.config.repair_ops_max
+        vouched = (
+            self.status is Status.NORMAL
+            and not self.is_primary
+            and message.view == self.view == self.log_view
+        )
+        if vouched and prepare.op <= self.commit_min:
+            self._repair_committed(prepare, vouched=True)
+            return
+        if not vouched or prepare.op > min(max(self.op, self.commit_max), window):
+            self.on_prepare(prepare)  # verify it like any other answer
+            return
+        # The sender's log of this view holds it, and so does ours: one log per view.
+        self.op = max(self.op, prepare.op)
+        self.commit_max = max(self.commit_max, min(prepare.header.commit, prepare.op))
+        self._learn(prepare)
+        if prepare.op == self._repair_hi_asked:
+            # The chunk is in: ask for the next one now rather than at the repair timeout,
+            # so a replica far behind catches up at the speed of the link.
+            self._request_repair()
+
+    @property
+    def log_whole(self) -> bool:
+        """False while committed records below the checkpoint are being repaired from peers
+        (``RepairJournal``): until then this replica's log has a hole, and reads of it
+        (polls of a partition) belong on another replica."""
+        return not self._faulty_committed
+
+    def _request_committed_repair(self) -> None:
+        """Ask for the lowest damaged committed record (the journal repairs in op order)."""
+        if not self._faulty_committed or self.status is not Status.NORMAL:
+            return
+        op = self._faulty_committed[0]
+        # The primary vouches for its answer; a primary asks a backup and checks the chain.
+        peer = self._random_peer() if self.is_primary else self.primary
+        self._send(peer, RequestPrepares(self.group, self.replica, self.view, op, op))
+
+    def _repair_committed(self, prepare: Prepare, *, vouched: bool) -> None:
+        """Take a peer's copy of a damaged committed record if it is proven the one."""
+        faulty = self._faulty_committed
+        op = prepare.op
+        if not faulty or op != faulty[0]:
+            return
+        if not vouched:
+            # Unvouched answers must match the hash chain from the intact record above.
+            if op == self.commit_min:
+                expected: bytes | None = self._journal[op].checksum
+            else:
+                child = self._log.read(op + 1)
+                expected = child.header.parent if child is not None else None
+            if expected != prepare.checksum:
+                return
+        faulty.pop(0)
+        self._actions.append(RepairJournal(prepare))
+        if not faulty:
+            self._backfill_pending = False  # the backfilled ops are the last ones
+        self._request_committed_repair()
 
     # State transfer ----------------------------------------------------------------------
 

@@ -78,6 +78,15 @@ class MemoryLog:
             self.synced_op = op
             self.faulty = []
 
+    def repair(self, prepare: Prepare) -> None:
+        """A ``RepairJournal``: rewrite a damaged record, or append the head's next op."""
+        if prepare.op in self.faulty:
+            self.prepares[prepare.op - self.base - 1] = prepare
+            self.faulty.remove(prepare.op)
+        else:
+            self.append(prepare)
+            self.sync()
+
     def lose_unsynced(self) -> None:
         """A power loss: every op above ``synced_op`` is gone."""
         self.truncate(max(self.synced_op, self.base))

@@ -497,6 +497,32 @@ class Journal:
         self._check_invariants()
         return self._op_head
 
+    def repair_body(
+        self,
+        body: Bytes,
+        *,
+        op: int,
+        view: int,
+        client_id: int,
+        request: int,
+        offset: int,
+        message_count: int,
+        timestamp_us: int,
+    ) -> None:
+        """``repair`` with the record built from the fields ``append`` takes: for a host
+        that holds the op's body (a peer's prepare) rather than a peer's record."""
+        _, header = encode_header(
+            body,
+            op=op,
+            view=view,
+            client_id=client_id,
+            request=request,
+            offset=offset,
+            message_count=message_count,
+            timestamp_us=timestamp_us,
+        )
+        self.repair(op, Record(header, memoryview(body)))
+
     def repair(self, op: int, record: Record) -> None:
         """Writes back a damaged record from a peer's copy; durable when it returns.
 

@@ -53,7 +53,10 @@ SEGMENT_SIZE_BYTES: Final = 16 * 1024
 class Disk:
     """The durable state of one replica of one group, over one ``MemoryStorage``."""
 
-    def __init__(self, prng: random.Random) -> None:
+    def __init__(self, prng: random.Random, *, log_is_data: bool) -> None:
+        #: A partition's journal is its messages: it is never restarted empty (the replica
+        #: backfills committed ops it lost instead); a metadata journal may be.
+        self.log_is_data = log_is_data
         self.storage = MemoryStorage(prng)
         self.journal = Journal.open(self.storage, _JOURNAL_CONFIG)
         self.superblock = Superblock.open(self.storage)
@@ -96,18 +99,38 @@ class Disk:
             timestamp_us=header.timestamp_us,
         )
 
+    def repair(self, prepare: Prepare) -> None:
+        """A ``RepairJournal``: rewrite a damaged committed record from a peer's copy, or
+        append (durably) the committed op that follows a journal cut below its checkpoint."""
+        if prepare.op in self.journal.faulty_ops():
+            header = prepare.header
+            self.journal.repair_body(
+                header.pack() + prepare.body,
+                op=header.op,
+                view=header.view,
+                client_id=header.client_id,
+                request=header.request,
+                offset=header.op - 1,
+                message_count=1,
+                timestamp_us=header.timestamp_us,
+            )
+        else:
+            self.append(prepare)
+            self.journal.sync()
+
     def sync(self) -> int:
         """One group commit; the highest op now durable."""
         return self.journal.sync()
 
     def truncate(self, after_op: int) -> None:
         head = self.journal.truncate(max(after_op, self.journal.op_min - 1, 0))
-        if 0 < head < after_op:
+        if 0 < head < after_op and not self.log_is_data:
             # The cut fell inside a damaged region whose record boundaries are unknown, so
             # the journal cut at the region's start. The replica will append after_op + 1
             # next, which cannot follow the shorter journal: start it afresh (the replica
             # re-fetches what it still needs; older committed ops are gone from this
-            # replica, the same as after a state transfer).
+            # replica, the same as after a state transfer). A partition replica instead
+            # appends the committed ops it lost from a peer (RepairJournal) first.
             self.journal.truncate(self.journal.op_min - 1)
 
     def write_superblock(self, state: DurableState) -> None:
@@ -161,9 +184,11 @@ class Disk:
         self.superblock = Superblock.open(self.storage)
         state = self.superblock.state
         head = self.journal.op_head
-        if 0 < head < state.checkpoint:
-            # Only a state transfer can leave this (its journal restarted above a gap and
-            # lost its unsynced appends): the journal continues after the checkpoint.
+        if 0 < head < state.checkpoint and not self.log_is_data:
+            # A state transfer can leave this (its journal restarted above a gap and lost
+            # its unsynced appends): the journal continues after the checkpoint. A
+            # partition replica (no state transfer; recovery cut committed records)
+            # backfills the missing ops from a peer instead.
             self.journal.truncate(self.journal.op_min - 1)
         durable = DurableState(
             view=state.view,

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final, Protocol
 
 from broker.state.codec import encode_command
@@ -53,6 +53,7 @@ from consensus.events import (
     Event,
     PrepareSynced,
     PrepareWritten,
+    RepairJournal,
     ReplyToClient,
     SendToReplica,
     SyncJournal,
@@ -65,7 +66,7 @@ from consensus.messages import Prepare, encode_message
 from consensus.protocols import DurableState, Prepared
 from consensus.replica import Replica
 from sdk import wire
-from sdk.wire.codes import CommandCode, Operation
+from sdk.wire.codes import CommandCode, IggyErrorCode, Operation
 from sim.disk import Disk
 from sim.network import ClientReply, ClientRequest, Payload, ReplicaFrame
 from sim.options import Options
@@ -169,7 +170,10 @@ class Node:
         self._disk_prng = stream(options.seed, f"disk.latency.{index}")
         self.groups: list[GroupHost] = []
         for group in range(1 + options.partition_count):
-            disk = Disk(stream(options.seed, f"storage.{index}.{group}"))
+            disk = Disk(
+                stream(options.seed, f"storage.{index}.{group}"),
+                log_is_data=group != METADATA_GROUP,
+            )
             self.groups.append(self._host(group, disk, durable=None, checkpoint=None))
 
     # Construction ------------------------------------------------------------------------
@@ -202,6 +206,9 @@ class Node:
         checkpoint: bytes | None,
     ) -> Replica:
         config: ReplicaConfig = self.options.replica
+        if group != METADATA_GROUP:
+            # A partition's log is its messages: never jump over them to a snapshot.
+            config = replace(config, state_transfer=False)
         return self.replica_class(
             group,
             self.index,
@@ -296,6 +303,11 @@ class Node:
                 disk.truncate(action.after_op)
             elif isinstance(action, WriteSuperblock):
                 disk.write_superblock(action.state)
+            elif isinstance(action, RepairJournal):
+                disk.repair(action.prepare)
+                machine = host.machine.inner
+                if isinstance(machine, PartitionMachine) and not disk.faulty_ops():
+                    machine.rebuild_index()  # the repaired messages can be polled again
             else:
                 assert isinstance(action, WriteCheckpoint)
                 disk.write_checkpoint(action.op, action.snapshot)
@@ -369,6 +381,13 @@ class Node:
             assert isinstance(payload, wire.PollMessages)
             route = route_poll(state, payload, request.session)
             group = self._partition_group(route.stream_id, route.topic_id, route.partition_id)
+            if not self.groups[group].replica.log_whole:
+                # Committed messages are missing here until repaired: read elsewhere.
+                status = int(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+                self.outbox.append(
+                    (source, ClientReply(request.client_id, request.request, 0, status, b""))
+                )
+                return
             partition = self.groups[group].machine.inner
             assert isinstance(partition, PartitionMachine) and route.consumer is not None
             parts, _ = partition.poll(payload, route.consumer)

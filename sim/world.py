@@ -86,7 +86,7 @@ class World:
         options: Options,
         replica_class: type[Replica] = Replica,
         *,
-        strict_polls: bool = False,
+        strict_polls: bool = True,
     ) -> None:
         self.options = options
         seed = options.seed
@@ -332,7 +332,7 @@ def run_seed(
     *,
     faults: bool = True,
     replica_class: type[Replica] = Replica,
-    strict_polls: bool = False,
+    strict_polls: bool = True,
 ) -> Result:
     """Run the simulation of ``seed`` (the one entry point the CLI and the tests use)."""
     options = Options.from_seed(seed, faults=faults)

@@ -60,6 +60,7 @@ from consensus import (
     Prepare,
     PrepareSynced,
     PrepareWritten,
+    RepairJournal,
     Replica,
     ReplicaConfig,
     ReplyToClient,
@@ -421,6 +422,11 @@ class GroupHost:
                     written = None
             elif isinstance(action, WriteSuperblock):
                 await trio.to_thread.run_sync(store.write_superblock, action.state)
+            elif isinstance(action, RepairJournal):
+                await self._with_journal_busy(store.repair, action.prepare)
+                self.counters.records_repaired += 1
+                if self.partition_machine is not None and not store.faulty_ops():
+                    self.partition_machine.rebuild_index()  # its messages can be polled again
             else:
                 assert isinstance(action, WriteCheckpoint)
                 await self._with_journal_busy(store.write_checkpoint, action.op, action.snapshot)

@@ -268,7 +268,11 @@ class Node:
             persisted=persisted,
             no_sync=self.config.no_sync,
             segment_size_bytes=self.config.segment_size_bytes,
-            replica_config=ReplicaConfig(clients_max=clients_max),
+            # A partition's log is its messages: a replica far behind repairs every op
+            # rather than jump over them to a snapshot of offsets (ReplicaConfig docs).
+            replica_config=ReplicaConfig(
+                clients_max=clients_max, state_transfer=kind is GroupKind.METADATA
+            ),
             send=self._send_to_replica,
             on_applied=self._on_applied,
             prng=random.Random(int.from_bytes(os.urandom(8), "little")),
@@ -1094,6 +1098,10 @@ class Node:
             await host.opened.wait()
             await self._catch_up(host, context.seen.get(host.group_id, 0))
             await host.wait_journal_readable()
+            if host.replica is not None and not host.replica.log_whole:
+                # Committed messages are missing here until repaired from a peer (after a
+                # restart found them damaged): the client reads from the primary instead.
+                return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
             partition_machine = host.partition_machine
             assert partition_machine is not None and route.consumer is not None
             parts, store = partition_machine.poll(payload, route.consumer)

@@ -40,6 +40,9 @@ class GroupCounters:
     """The highest op a completed sync covered (prepares per sync = its growth / syncs)."""
     checkpoints: int = 0
     """Checkpoint snapshots written (every ``CHECKPOINT_INTERVAL_OPS`` applied ops)."""
+    records_repaired: int = 0
+    """Committed records below the checkpoint written back from a peer's copy after a
+    restart found them damaged, or cut from the journal (partition groups only)."""
     bytes_to_replicas: int = 0
     """Bytes of consensus frames of this group handed to the replica bus for other nodes
     (prepares, acks, heartbeats, view-change and repair traffic); zero on one node. Frames

@@ -250,12 +250,37 @@ class GroupStore:
         return self.journal.sync()
 
     def truncate(self, after_op: int) -> None:
-        """Drop every op above ``after_op``; durable when it returns. Blocks on the disk."""
+        """Drop every op above ``after_op``; durable when it returns. Blocks on the disk.
+
+        A cut inside a damaged region whose record boundaries are unknown lands at the
+        region's start, below ``after_op``: only at restart, where the region reaches
+        below the checkpoint, and the replica then appends the committed ops it lost from
+        a peer (``RepairJournal``) before anything else.
+        """
         if after_op < self.journal.op_head:
-            head = self.journal.truncate(after_op)
-            assert head == after_op, f"truncated to {head}, wanted {after_op}"
+            self.journal.truncate(after_op)
         for op in [op for op in self._cache if op > after_op]:
             self._forget(op)
+
+    def repair(self, prepare: Prepare) -> None:
+        """Make committed ``prepare`` durable again (``RepairJournal``): rewrite its damaged
+        record in place, or append it at the head of a journal recovery cut below the
+        checkpoint. Durable when it returns. Blocks on the disk."""
+        header = prepare.header
+        if header.op in self.journal.faulty_ops():
+            self.journal.repair_body(
+                header.pack() + prepare.body,
+                op=header.op,
+                view=header.view,
+                client_id=header.client_id,
+                request=header.request,
+                offset=header.op - 1,
+                message_count=1,
+                timestamp_us=header.timestamp_us,
+            )
+        else:
+            self.append(prepare)
+            self.journal.sync()
 
     def write_superblock(self, state: DurableState) -> None:
         """Persist the replica's durable state. Blocks on the disk."""

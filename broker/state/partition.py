@@ -55,6 +55,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Protocol, TypeAlias
@@ -557,18 +558,29 @@ class PartitionState:
 
     # -- local index maintenance ----------------------------------------------------------
 
-    def index_committed(self, op: int, operation: int, body: Buffer) -> None:
-        """Re-add a committed batch to the local index (after restore, from the log)."""
-        assert op <= self._commit_op, "only committed ops are indexed"
-        if operation != Operation.SEND_MESSAGES:
-            return
-        assert not self._index_ops or op > self._index_ops[-1], "index ops ascend"
-        header = _batch_header(body)
-        if header.base_offset + header.message_count <= self._visible_from:
-            return
-        self._index_ops.append(op)
-        self._index_offsets.append(header.base_offset)
-        self._index_timestamps.append(header.base_timestamp)
+    def indexed_op_min(self) -> int | None:
+        """The oldest op the local index holds (None when it holds none)."""
+        return self._index_ops[0] if self._index_ops else None
+
+    def index_older(self, batches: Sequence[tuple[int, int, Buffer]]) -> None:
+        """Add committed ops older than everything indexed, as ``(op, operation, body)``
+        in ascending op order: after a restore, the batches the log still holds below the
+        snapshot; after a repair of damaged committed records, the ones below the hole."""
+        first = self._index_ops[0] if self._index_ops else self._commit_op + 1
+        ops, offsets, timestamps = array("Q"), array("Q"), array("Q")
+        for op, operation, body in batches:
+            assert op < first and (not ops or op > ops[-1]), "older ops, ascending"
+            if operation != Operation.SEND_MESSAGES:
+                continue
+            header = _batch_header(body)
+            if header.base_offset + header.message_count <= self._visible_from:
+                continue
+            ops.append(op)
+            offsets.append(header.base_offset)
+            timestamps.append(header.base_timestamp)
+        self._index_ops[0:0] = ops
+        self._index_offsets[0:0] = offsets
+        self._index_timestamps[0:0] = timestamps
 
     def forget_before(self, op: int) -> None:
         """Drop index entries of ops below ``op`` (local retention deleted them)."""
@@ -604,7 +616,7 @@ class PartitionState:
     @classmethod
     def restore(cls, data: bytes, log: PartitionLog) -> PartitionState:
         """Rebuild from :meth:`snapshot`; then feed committed batches to
-        :meth:`index_committed` to serve polls of data older than the snapshot.
+        :meth:`index_older` to serve polls of data older than the snapshot.
 
         Raises:
             SnapshotError: the bytes are not a partition snapshot this version reads.

@@ -933,15 +933,17 @@ class PartitionMachine:
         self.rebuild_index()
 
     def rebuild_index(self) -> None:
-        """Index the committed batches the log still holds (after a restore)."""
+        """Index the committed batches the log holds below what is indexed, down to the
+        first record it cannot read: after a restore, and after damaged committed records
+        below the checkpoint were repaired from a peer (the ops above the hole are indexed
+        already; some may be applied but not yet on disk)."""
+        indexed = self.state.indexed_op_min()
+        op = self.state.commit_op if indexed is None else indexed - 1
         ops: list[int] = []
-        op = self.state.commit_op
         while op >= 1 and self._consensus_log.read(op) is not None:
             ops.append(op)
             op -= 1
-        for op in reversed(ops):
-            operation, body = self._log.read(op)
-            self.state.index_committed(op, operation, body)
+        self.state.index_older([(op, *self._log.read(op)) for op in reversed(ops)])
 
     # -- reads -----------------------------------------------------------------------------
 

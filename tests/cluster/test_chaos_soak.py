@@ -8,13 +8,11 @@ segment tail and a kill -9 of every node. Then it heals, checks the history agai
 node's log, kills every node at once, compares the replicas' committed records byte for
 byte, restarts them and checks again. ``docs/reliability.md`` has the 10-minute version.
 
-Two known bugs are counted here instead of failing the run (``docs/reliability.md``,
-"Findings"): a node that caught up by state transfer serves a partition only from its
-snapshot on, and once every node did, the messages below all their snapshots are lost
-(``lost_below_retained_start``; ``test_known_bugs.py`` fails on it strictly); and right
-after a node restart the stored-offset consumer can be served an older stored offset
-than the one it saw acknowledged (``KNOWN_ANOMALIES``). Everything else fails the run:
-any other lost, duplicated or diverging message.
+One known bug is counted here instead of failing the run (``docs/reliability.md``,
+"Findings", 3): right after a node restart the stored-offset consumer can be served an
+older stored offset than the one it saw acknowledged (``KNOWN_ANOMALIES``). Everything
+else fails the run: any lost, duplicated or diverging message, and any node that serves
+a partition from later than its first offset.
 """
 
 from __future__ import annotations
@@ -43,7 +41,6 @@ def test_chaos_soak_loses_and_duplicates_no_acknowledged_message(tmp_path: Path)
         recover_timeout_s=60.0,
         final_timeout_s=90.0,
         folder=tmp_path / "chaos",
-        allow_retained_gaps=True,
     )
     report = run_chaos(config, lines.append)
     story = "\n".join(lines) + "\n" + report.summary()

@@ -22,6 +22,7 @@ from consensus.events import (
     MessageReceived,
     PrepareSynced,
     PrepareWritten,
+    RepairJournal,
     ReplyToClient,
     SendToReplica,
     SyncJournal,
@@ -151,6 +152,8 @@ class Cluster:
                 node.completions.append(PrepareSynced(action.op, action.checksum))
             elif isinstance(action, TruncateJournal):
                 node.log.truncate(action.after_op)
+            elif isinstance(action, RepairJournal):
+                node.log.repair(action.prepare)
             elif isinstance(action, WriteSuperblock):
                 node.superblock = action.state
             elif isinstance(action, WriteCheckpoint):

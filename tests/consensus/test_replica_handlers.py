@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from consensus.events import (
     Action,
@@ -25,7 +26,9 @@ from consensus.messages import (
     Message,
     Prepare,
     PrepareOk,
+    RepairPrepare,
     RequestPrepares,
+    RequestSnapshot,
     RequestStartView,
     StartView,
     StartViewChange,
@@ -339,12 +342,54 @@ def test_on_request_prepares_answers_each_op_it_holds() -> None:
     for prepare in _prepares(3):
         _receive(backup, prepare)
     actions = _receive(backup, RequestPrepares(0, 2, 0, 2, 5))
-    assert [m.op for _, m in _sent(actions, Prepare) if isinstance(m, Prepare)] == [2, 3]
+    # In normal status and with ops of its verified log, it vouches for each answer.
+    answers = [m for _, m in _sent(actions, RepairPrepare) if isinstance(m, RepairPrepare)]
+    assert [(m.view, m.prepare.op) for m in answers] == [(0, 2), (0, 3)]
+    assert _sent(actions, Prepare) == []
+
+
+def _far_behind_backup(*, state_transfer: bool) -> tuple[Replica, list[Action]]:
+    """Backup 1 of view 0 that learns the commit is at op 600 while it holds nothing."""
+    backup = Replica(
+        0,
+        1,
+        3,
+        MemoryLog(),
+        LedgerStateMachine(),
+        random.Random(1),
+        config=replace(TEST_CONFIG, state_transfer=state_transfer),
+    )
+    actions = _receive(backup, Commit(0, 0, 0, 600))
+    for _ in range(TEST_CONFIG.repair_timeout_ticks):
+        actions += backup.step(Ticked())
+    return backup, actions
+
+
+def test_far_behind_replica_of_a_log_group_repairs_instead_of_jumping() -> None:
+    backup, actions = _far_behind_backup(state_transfer=False)
+    assert _sent(actions, RequestSnapshot) == []
+    asks = [m for _, m in _sent(actions, RequestPrepares) if isinstance(m, RequestPrepares)]
+    chunk = TEST_CONFIG.repair_chunk_max
+    assert [(m.op_min, m.op_max) for m in asks] == [(1, chunk)]
+    # Vouched answers are taken without a header to check them against, and the last one
+    # of the chunk asks for the next chunk at once, not at the next repair timeout.
+    prepares = _prepares(2 * chunk)
+    actions = []
+    for prepare in prepares[:chunk]:
+        actions += _receive(backup, RepairPrepare(0, 0, 0, prepare))
+    appended = [a.prepare.op for a in actions if isinstance(a, AppendToJournal)]
+    assert appended == list(range(1, chunk + 1))
+    asks = [m for _, m in _sent(actions, RequestPrepares) if isinstance(m, RequestPrepares)]
+    assert [(m.op_min, m.op_max) for m in asks] == [(chunk + 1, 2 * chunk)]
+
+
+def test_far_behind_replica_of_a_state_group_fetches_a_snapshot() -> None:
+    _, actions = _far_behind_backup(state_transfer=True)
+    assert [m for _, m in _sent(actions, RequestSnapshot)] != []
+    assert _sent(actions, RequestPrepares) == []
 
 
 def test_evicted_session_gets_a_typed_error_reply() -> None:
-    from dataclasses import replace
-
     primary = Replica(
         0,
         0,

@@ -98,13 +98,13 @@ def test_poll_of_uncommitted_or_different_messages_fails() -> None:
         checkers.on_reply(_client(), pending, _poll_reply(0, [10, 99]))
 
 
-def test_poll_skip_to_the_replicas_retained_start_is_counted_unless_strict() -> None:
+def test_poll_skip_to_the_replicas_retained_start_is_counted_only_when_lenient() -> None:
     pending = Pending(Kind.POLL, 1, ClientRequest(77, 1, 5, 0, b""), 0, position=1)
-    lenient = Checkers(group_count=2)
+    lenient = Checkers(group_count=2, strict_polls=False)
     lenient.partition_models[0].message_ids = [10, 11, 12, 13]
     lenient.on_reply(_client(), pending, _poll_reply(3, [13], retained_from=3))
     assert lenient.poll_gaps == 1
-    strict = Checkers(group_count=2, strict_polls=True)
+    strict = Checkers(group_count=2)  # strict by default
     strict.partition_models[0].message_ids = [10, 11, 12, 13]
     with pytest.raises(CheckFailed, match="poll-skip"):
         strict.on_reply(_client(), pending, _poll_reply(3, [13], retained_from=3))

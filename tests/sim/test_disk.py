@@ -10,7 +10,7 @@ from tests.consensus.test_replica_handlers import _prepares
 
 
 def test_appended_prepare_reads_back_identical() -> None:
-    disk = Disk(random.Random(1))
+    disk = Disk(random.Random(1), log_is_data=False)
     prepares = _prepares(3)
     for prepare in prepares:
         disk.append(prepare)
@@ -20,7 +20,7 @@ def test_appended_prepare_reads_back_identical() -> None:
 
 
 def test_power_loss_keeps_synced_records_only() -> None:
-    disk = Disk(random.Random(2))
+    disk = Disk(random.Random(2), log_is_data=False)
     prepares = _prepares(4)
     for prepare in prepares[:2]:
         disk.append(prepare)
@@ -35,7 +35,7 @@ def test_power_loss_keeps_synced_records_only() -> None:
 
 
 def test_superblock_and_checkpoint_survive_a_power_loss() -> None:
-    disk = Disk(random.Random(3))
+    disk = Disk(random.Random(3), log_is_data=False)
     for prepare in _prepares(3):
         disk.append(prepare)
     disk.write_checkpoint(3, b"snapshot-bytes")
@@ -48,7 +48,7 @@ def test_superblock_and_checkpoint_survive_a_power_loss() -> None:
 
 
 def test_checkpoint_beyond_the_journal_restarts_it_after_the_checkpoint() -> None:
-    disk = Disk(random.Random(4))
+    disk = Disk(random.Random(4), log_is_data=False)
     prepares = _prepares(6)
     for prepare in prepares[:2]:
         disk.append(prepare)
@@ -59,7 +59,7 @@ def test_checkpoint_beyond_the_journal_restarts_it_after_the_checkpoint() -> Non
 
 
 def test_corruption_at_rest_is_found_by_recovery_and_never_read() -> None:
-    disk = Disk(random.Random(5))
+    disk = Disk(random.Random(5), log_is_data=False)
     prepares = _prepares(5)
     for prepare in prepares:
         disk.append(prepare)

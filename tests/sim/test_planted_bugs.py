@@ -18,8 +18,11 @@ from sim.world import Result, Verdict, run_seed
 SWARMS: dict[str, tuple[range, tuple[Verdict, ...]]] = {
     # A longer, older log replaces committed ops: replicas disagree on an op.
     "longest-log": (range(120), ("correctness",)),
-    # Acked-but-unsynced prepares die in a power outage: committed ops are lost.
-    "ack-before-write": (range(120), ("correctness",)),
+    # Acked-but-unsynced prepares die in a power outage: committed ops are lost. Rare in
+    # the swarm: seeds 21 and 119 of 0..299 found it while partition replicas far behind
+    # jumped to snapshots; since they repair every op instead, the first is seed 633. The
+    # range starts near it to keep the test short (any range holding a finding will do).
+    "ack-before-write": (range(600, 640), ("correctness",)),
     # A request recorded at prepare and then discarded: wrong or missing replies.
     "table-at-prepare": (range(120), ("correctness", "liveness")),
     # A backup applies what is not committed: the replica's own invariants trip first.

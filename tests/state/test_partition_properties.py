@@ -115,8 +115,9 @@ def test_replicas_agree_and_polls_are_committed_dense_prefixes(
             # A replica restarts from a snapshot of the primary and rebuilds its index.
             primary = g.primary
             restored = PartitionState.restore(primary.state.snapshot(), primary.log)
-            for op in range(1, primary.state.commit_op + 1):
-                restored.index_committed(op, *primary.log.bodies[op])
+            restored.index_older(
+                [(op, *primary.log.bodies[op]) for op in range(1, primary.state.commit_op + 1)]
+            )
         match action:
             case Commit(ops):
                 last = min(g.primary.head_op, g.primary.state.commit_op + ops)

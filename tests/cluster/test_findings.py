@@ -1,9 +1,10 @@
 """Bugs the chaos runs found, each reduced to a small real-process reproduction.
 
-Each test states the correct behaviour and is marked ``xfail(strict=True)`` while the bug
-stands: it runs in CI, fails as expected, and turns into an unexpected pass (which
-``xfail_strict`` reports as a failure) the day the bug is fixed, so its marker must then
-be removed. ``docs/reliability.md`` ("Findings") tells the story of each.
+Each test states the correct behaviour. While a bug stands its test is marked
+``xfail(strict=True)``: it runs in CI, fails as expected, and turns into an unexpected
+pass (which ``xfail_strict`` reports as a failure) the day the bug is fixed, so its marker
+must then be removed; fixed ones stay here as regression tests. ``docs/reliability.md``
+("Findings") tells the story of each.
 """
 
 from __future__ import annotations
@@ -126,13 +127,6 @@ async def _far_behind_replica_serves_everything(cluster: ChaosCluster) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a replica more than REPAIR_OPS_MAX ops behind catches up by state transfer, "
-    "restarts its journal at the snapshot and never holds the messages before it "
-    "(docs/operations.md, 'Not done')",
-)
 def test_a_replica_restarted_far_behind_serves_the_partition_from_offset_zero(
     cluster: ChaosCluster,
 ) -> None:
