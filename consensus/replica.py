@@ -1391,6 +1391,17 @@ class Replica:
             self._request_repair()
 
     @property
+    def read_floor(self) -> int | None:
+        """The op a read served from this replica's state must see applied (besides what
+        its client saw): the op its current view started at, which is at or above every
+        op acknowledged before the view began. None outside normal status (recovering,
+        view change), when no read should be served: after a restart the applied state
+        lacks committed ops until the view's log is committed again."""
+        if self.status is not Status.NORMAL:
+            return None
+        return self._view_op
+
+    @property
     def log_whole(self) -> bool:
         """False while committed records below the checkpoint are being repaired from peers
         (``RepairJournal``): until then this replica's log has a hole, and reads of it

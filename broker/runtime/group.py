@@ -225,6 +225,7 @@ class GroupHost:
         self._journal_idle = trio.Event()
         self._journal_idle.set()
         self._commit_seen = 0
+        self._read_floor_seen: int | None = None
         self._applied = trio.Event()
         self._stopping = False
 
@@ -258,6 +259,18 @@ class GroupHost:
     async def wait_applied(self, op: int) -> None:
         """Wait until this replica has applied ``op`` (committed it locally)."""
         while self.replica is None or self.replica.commit_min < op:
+            await self._applied.wait()
+
+    async def wait_readable(self, op: int) -> None:
+        """Wait until this replica may serve a read that must see ``op``: it is in normal
+        status and has applied both ``op`` and the op its view started at (a restarted
+        replica re-commits its log before its state holds what was acknowledged)."""
+        while True:
+            replica = self.replica
+            if replica is not None:
+                floor = replica.read_floor
+                if floor is not None and replica.commit_min >= max(op, floor):
+                    return
             await self._applied.wait()
 
     async def wait_journal_readable(self) -> None:
@@ -442,9 +455,11 @@ class GroupHost:
             self.counters.commits += max(0, replica.commit_min - self._commit_seen)
             self.counters.commit_rounds += 1
             self._commit_seen = replica.commit_min
-            self._applied.set()
-            self._applied = trio.Event()
+            self._wake_readers()
             self._on_applied(self)
+        elif replica.read_floor != self._read_floor_seen:
+            self._wake_readers()  # a view started: readers may go on
+        self._read_floor_seen = replica.read_floor
         if not (replica.status is Status.NORMAL and replica.is_primary) and self._in_flight:
             # We lost the primary role with prepares in flight: whether they commit is
             # decided elsewhere now, so their clients learn the outcome is unknown.
@@ -453,6 +468,10 @@ class GroupHost:
                 if waiter is not None:
                     waiter.answer(Refused(IggyErrorCode.TRANSIENT_NOT_COMMITTED))
             self._in_flight.clear()
+
+    def _wake_readers(self) -> None:
+        self._applied.set()
+        self._applied = trio.Event()
 
     def _count_prepare(self, prepare: Prepare) -> None:
         counters = self.counters

@@ -765,6 +765,14 @@ class Node:
         with trio.move_on_after(CATCH_UP_TIMEOUT_S):
             await host.wait_applied(op)
 
+    async def _read_barrier(self, host: GroupHost, op: int) -> bool:
+        """Wait (bounded) until ``host`` may answer a read of committed state that must
+        see ``op`` (``GroupHost.wait_readable``); False when it still may not."""
+        with trio.move_on_after(CATCH_UP_TIMEOUT_S):
+            await host.wait_readable(op)
+            return True
+        return False
+
     async def _login(
         self, context: ConnectionContext, header: RequestHeader, login: wire.LoginRegister
     ) -> Response:
@@ -1096,7 +1104,9 @@ class Node:
                 # Routed here by a stale route: the client asks for the route again.
                 return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
             await host.opened.wait()
-            await self._catch_up(host, context.seen.get(host.group_id, 0))
+            if not await self._read_barrier(host, context.seen.get(host.group_id, 0)):
+                # Restarted or in a view change: its state may lack acknowledged ops.
+                return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
             await host.wait_journal_readable()
             if host.replica is not None and not host.replica.log_whole:
                 # Committed messages are missing here until repaired from a peer (after a
@@ -1113,7 +1123,8 @@ class Node:
             route = route_offset(state, payload, session)
             host = self._partition_host(route)
             await host.opened.wait()
-            await self._catch_up(host, context.seen.get(host.group_id, 0))
+            if not await self._read_barrier(host, context.seen.get(host.group_id, 0)):
+                return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
             partition_machine = host.partition_machine
             assert partition_machine is not None and route.consumer is not None
             body = partition_machine.get_consumer_offset(route.consumer)

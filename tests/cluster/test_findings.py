@@ -185,13 +185,6 @@ async def _stored_offset_after_restart(cluster: ChaosCluster) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="after a restart a node answers offset reads and next() polls from a state that "
-    "has not re-applied the ops above its superblock's commit yet (for seconds): an "
-    "acknowledged consumer-offset store reads as absent or older",
-)
 def test_a_stored_consumer_offset_never_reads_older_after_every_node_restarts(
     cluster: ChaosCluster,
 ) -> None:
