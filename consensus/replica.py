@@ -76,7 +76,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Final
 
-from consensus.client_table import ClientTable, Verdict
+from consensus.client_table import ClientTable, SessionLive, Verdict
 from consensus.config import (
     REPLICAS_MAX,
     ReplicaConfig,
@@ -192,6 +192,7 @@ class Replica:
         durable: DurableState | None = None,
         checkpoint: bytes | None = None,
         register_operation: int | None = None,
+        session_live: SessionLive | None = None,
         config: ReplicaConfig | None = None,
     ) -> None:
         """Create a replica.
@@ -209,6 +210,10 @@ class Replica:
             checkpoint: the snapshot of the last ``WriteCheckpoint`` (restart only).
             register_operation: the operation code of Register, set for the metadata group
                 (whose committed registers create sessions); None for partition groups.
+            session_live: whether the state machine still holds session ``session`` for
+                ``client_id`` (metadata group only): a register that repeats the one that
+                opened a session is answered from the client table while it lives and
+                runs again once it ended. None: sessions end only when superseded.
             config: bounds and timeouts; defaults to the named constants.
         """
         assert 1 <= replica_count <= REPLICAS_MAX
@@ -226,7 +231,9 @@ class Replica:
         self._actions: list[Action] = []
 
         self.client_table = ClientTable(
-            self.config.clients_max, registers_sessions=register_operation is not None
+            self.config.clients_max,
+            registers_sessions=register_operation is not None,
+            session_live=session_live,
         )
         root = root_header(group)
         self.status = Status.NORMAL
@@ -577,10 +584,11 @@ class Replica:
         if verdict is Verdict.STALE:
             return
         if verdict is Verdict.DUPLICATE:
-            entry = self.client_table.get(event.client_id)
-            assert entry is not None
+            cached = self.client_table.cached_reply(event.client_id, register=register)
             self._actions.append(
-                ReplyToClient(entry.client_id, entry.session, entry.request, entry.op, entry.reply)
+                ReplyToClient(
+                    event.client_id, cached.session, cached.request, cached.op, cached.reply
+                )
             )
             return
         if verdict is Verdict.NO_SESSION or verdict is Verdict.SESSION_EVICTED:

@@ -21,17 +21,20 @@ Invariants:
 
 1. The client id is random and non-zero, minted at the first request, and kept across
    reconnects and failovers; logout forgets it (as the official SDK does), and so does a
-   session the cluster ended, since a client table answers a second Register from a
-   known client id with the old session (or drops it).
+   session the cluster ended or evicted. A Register from a client id whose session still
+   lives in the metadata group is answered with that session, which a client table that
+   evicted it refuses again; a new client id always gets a new session.
 2. Request numbers follow the official 0.9.0 SDK: Register sends 0; reads send the
    counter without advancing it; Logout, metadata operations and partition operations
    (send, store/delete offset) send the counter and advance it, even when refused. The
-   counter keeps counting under a new client id (any number above 0 is new for it).
+   counter keeps counting under a new client id, so no number repeats under one client
+   id across its sessions, which is what the cluster's client table judges by.
 3. A retry re-sends the same body under the same client id, session and request number,
    so the server's client table answers a retried write from its cached reply: a write
    retried by the SDK is applied at most once. A write whose outcome is in doubt when its
-   session ends is never re-sent under a new one (the table deduplicates per session);
-   it fails with ``outcome_unknown``.
+   session ends is never re-sent under a new one (a client table recognises a retry
+   under a new session only while it still holds the client's entry); it fails with
+   ``outcome_unknown``.
 4. A session is lock-step: one call at a time per core (the drivers hold a lock around
    each step).
 5. Every call ends: attempts are bounded by ``ATTEMPTS_MAX`` and ``retry_deadline_s``;
@@ -630,12 +633,13 @@ class ClientCore:
     # --- session -----------------------------------------------------------------------
 
     def _register_anew(self, deadline: float) -> Step[LoginRegisterReply]:
-        """Register again after the cluster ended our session, under a new client id.
+        """Register again after the cluster ended or evicted our session, under a new
+        client id.
 
-        A cluster's client table answers a Register from a client id it knows with that
-        client's old (ended) session, or drops it, so the same id cannot open a second
-        session; the request counter keeps counting (any number above 0 is new for a new
-        client id).
+        A Register from a client id whose session still lives in the metadata group gets
+        that session back, and a client table that evicted it (a ``SESSION_ERROR``
+        eviction) would refuse it again: a new client id always gets a new session. The
+        request counter keeps counting, so no request number repeats.
         """
         self.session.abandon()
         return (yield from self._register(deadline))
@@ -643,9 +647,10 @@ class ClientCore:
     def _session_lost(self, reason: EvictionReason | None) -> SessionEndedError:
         """The error for a write whose outcome was unknown when its session ended.
 
-        Re-sending it under a new session would let the cluster apply it a second time
-        (its client table deduplicates per client id and session), so it is not re-sent;
-        the next call registers a new session.
+        Re-sending it under a new session could let the cluster apply it a second time
+        (a client table recognises a retry under a new session only while it still holds
+        the client's entry, and the new session comes with a new client id), so it is not
+        re-sent; the next call registers a new session.
         """
         self.session.abandon()
         return SessionEndedError(

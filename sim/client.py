@@ -355,7 +355,9 @@ class Client:
             self.reporter.on_abandoned(self, pending)
             self.abandoned += 1
             self.pending = None
-            self.step = 3
+            # Before the root user exists only a system session works: open a new one,
+            # as the runtime's system client does when its session is lost.
+            self.step = 0 if self.role is Role.OPERATOR and self.step < 3 else 3
             return
         if reply.op == 0 and reply.status != 0 and pending.kind not in READS:
             # Refused before it entered the log (a lagging node, no topic yet): same

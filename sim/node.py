@@ -220,6 +220,9 @@ class Node:
             durable=durable,
             checkpoint=checkpoint,
             register_operation=Operation.REGISTER if group == METADATA_GROUP else None,
+            session_live=(
+                machine.inner.session_live if isinstance(machine.inner, MetadataMachine) else None
+            ),
             config=config,
         )
 

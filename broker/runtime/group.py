@@ -315,9 +315,11 @@ class GroupHost:
             store = await trio.to_thread.run_sync(self._open_store)
             self.store = store
             recovered = await trio.to_thread.run_sync(store.recovered)
+            session_live: Callable[[int, int], bool] | None = None
             if self.kind is GroupKind.METADATA:
                 self.metadata = MetadataMachine()
                 machine: MetadataMachine | PartitionMachine = self.metadata
+                session_live = self.metadata.session_live
             else:
                 assert self.partition is not None
                 p = self.partition
@@ -338,6 +340,7 @@ class GroupHost:
                 register_operation=(
                     Operation.REGISTER if self.kind is GroupKind.METADATA else None
                 ),
+                session_live=session_live,
                 config=self._replica_config,
             )
             self._commit_seen = self.replica.commit_min

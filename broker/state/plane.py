@@ -566,6 +566,13 @@ class MetadataMachine:
         self.state = MetadataState.restore(snapshot)
         self.last_result = None
 
+    def session_live(self, client_id: int, session: int) -> bool:
+        """Whether ``client_id`` still holds ``session`` (the client table's question
+        about a repeated register: answered from the table while the session lives, run
+        again once it ended or if the register opened none)."""
+        held = self.state.session_of_client(client_id)
+        return held is not None and held.session == session
+
     # -- reads -----------------------------------------------------------------------------
 
     def get_stream(

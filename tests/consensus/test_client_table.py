@@ -1,13 +1,19 @@
-"""The client table: verdicts, commit-only updates, deterministic eviction, encoding."""
+"""The client table: verdicts, commit-only updates, deterministic eviction, encoding, and
+sessions that end and start again under the same client id."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from consensus.client_table import ClientTable, Verdict
 from consensus.messages import MessageError, Prepare, make_prepare_header, root_header
+
+REGISTER_REQUEST = 0  # the Iggy wire sends request 0 on every Register
 
 
 def _committed(op: int, client_id: int, session: int, request: int) -> Prepare:
@@ -27,6 +33,29 @@ def _committed(op: int, client_id: int, session: int, request: int) -> Prepare:
     return Prepare(header=header, body=b"")
 
 
+def _register(table: ClientTable, op: int, client_id: int, request: int = 0) -> None:
+    """Commit a register at ``op`` (the replica prepares registers with session 0)."""
+    table.commit(_committed(op, client_id, 0, request), b"registered at %d" % op, register=True)
+
+
+class Sessions:
+    """The metadata state's answer to ``session_live``: which session each client holds."""
+
+    def __init__(self) -> None:
+        self.held: dict[int, int] = {}
+
+    def __call__(self, client_id: int, session: int) -> bool:
+        return self.held.get(client_id) == session
+
+
+def _metadata_table(clients_max: int = 4) -> tuple[ClientTable, Sessions]:
+    sessions = Sessions()
+    return ClientTable(clients_max, registers_sessions=True, session_live=sessions), sessions
+
+
+# --- partition groups ------------------------------------------------------------------------
+
+
 def test_client_table_partition_group_judges_by_session_and_request() -> None:
     table = ClientTable(4, registers_sessions=False)
     assert table.judge(1, 10, 1, register=False) is Verdict.NEW
@@ -35,19 +64,175 @@ def test_client_table_partition_group_judges_by_session_and_request() -> None:
     assert table.judge(1, 10, 0, register=False) is Verdict.STALE
     assert table.judge(1, 10, 2, register=False) is Verdict.NEW
     assert table.judge(1, 9, 2, register=False) is Verdict.SESSION_EVICTED
-    assert table.judge(1, 11, 1, register=False) is Verdict.NEW  # registered again
     assert table.judge(2, 0, 1, register=False) is Verdict.NO_SESSION
+    assert table.judge(2, 3, 1, register=False) is Verdict.NEW
+
+
+def test_partition_group_answers_a_retry_under_a_newer_session_from_the_table() -> None:
+    """The client registered again (session 20) and retries request 5, which its old
+    session (10) got applied: the cached reply, not a second application."""
+    table = ClientTable(4, registers_sessions=False)
+    table.commit(_committed(1, 1, 10, 5), b"applied once", register=False)
+    assert table.judge(1, 20, 5, register=False) is Verdict.DUPLICATE
+    cached = table.cached_reply(1, register=False)
+    assert (cached.request, cached.op, cached.reply) == (5, 1, b"applied once")
+    assert table.judge(1, 20, 4, register=False) is Verdict.STALE
+    assert table.judge(1, 20, 6, register=False) is Verdict.NEW
+
+
+def test_partition_group_takes_the_newer_session_once_a_request_under_it_commits() -> None:
+    table = ClientTable(4, registers_sessions=False)
+    table.commit(_committed(1, 1, 10, 5), b"a", register=False)
+    table.commit(_committed(2, 1, 20, 6), b"b", register=False)
+    entry = table.get(1)
+    assert entry is not None and (entry.session, entry.request) == (20, 6)
+    # A late frame of the old session is never applied, whatever its number.
+    assert table.judge(1, 10, 7, register=False) is Verdict.SESSION_EVICTED
+
+
+# --- the metadata group: registers -----------------------------------------------------------
 
 
 def test_client_table_metadata_group_needs_a_committed_register() -> None:
     table = ClientTable(4, registers_sessions=True)
     assert table.judge(1, 5, 1, register=False) is Verdict.NO_SESSION
     assert table.judge(1, 0, 0, register=True) is Verdict.NEW
-    table.commit(_committed(5, 1, 0, 0), b"session", register=True)
+    _register(table, 5, 1)
     entry = table.get(1)
     assert entry is not None and entry.session == 5  # the register's commit op
     assert table.judge(1, 0, 0, register=True) is Verdict.DUPLICATE
     assert table.judge(1, 5, 1, register=False) is Verdict.NEW
+    assert table.judge(1, 6, 1, register=False) is Verdict.NO_SESSION  # not one we made
+
+
+def test_a_retried_register_gets_its_live_session_back() -> None:
+    table, sessions = _metadata_table()
+    _register(table, 5, 1)
+    sessions.held[1] = 5
+    assert table.judge(1, 0, REGISTER_REQUEST, register=True) is Verdict.DUPLICATE
+    cached = table.cached_reply(1, register=True)
+    assert (cached.session, cached.request, cached.op) == (5, 0, 5)
+    assert cached.reply == b"registered at 5"
+
+
+def test_a_client_id_whose_session_ended_registers_a_new_one() -> None:
+    """Register only, then the session ends (logout, connection closed, eviction)."""
+    table, sessions = _metadata_table()
+    _register(table, 5, 1)
+    sessions.held[1] = 5
+    del sessions.held[1]  # the node ended it
+    assert table.judge(1, 0, REGISTER_REQUEST, register=True) is Verdict.NEW
+    _register(table, 9, 1)
+    sessions.held[1] = 9
+    entry = table.get(1)
+    assert entry is not None and entry.session == 9
+    assert table.judge(1, 0, REGISTER_REQUEST, register=True) is Verdict.DUPLICATE
+    assert table.cached_reply(1, register=True).session == 9
+    assert table.judge(1, 5, 1, register=False) is Verdict.SESSION_EVICTED  # the old one
+    assert table.judge(1, 9, 1, register=False) is Verdict.NEW
+
+
+def test_a_client_id_whose_session_ended_after_writes_registers_a_new_one() -> None:
+    """A metadata write moved the client's request number above the register's 0: the
+    register is still judged as the register it repeats, not as a stale request."""
+    table, sessions = _metadata_table()
+    _register(table, 5, 1)
+    sessions.held[1] = 5
+    table.commit(_committed(6, 1, 5, 1), b"stream created", register=False)
+    table.commit(_committed(7, 1, 5, 2), b"topic created", register=False)
+    # While the session lives, a register from the client id gets it back (a second
+    # connection of the same client, or a late copy of the login): the register's reply,
+    # not the latest write's.
+    assert table.judge(1, 0, REGISTER_REQUEST, register=True) is Verdict.DUPLICATE
+    cached = table.cached_reply(1, register=True)
+    assert (cached.session, cached.request, cached.op) == (5, 0, 5)
+    assert cached.reply == b"registered at 5"
+    del sessions.held[1]
+    assert table.judge(1, 0, REGISTER_REQUEST, register=True) is Verdict.NEW
+    _register(table, 8, 1)
+    sessions.held[1] = 8
+    # The numbers go on across the new session: a fresh one is new, a retry of the last
+    # write is answered from the table, an older one is dropped.
+    assert table.judge(1, 8, 3, register=False) is Verdict.NEW
+    assert table.judge(1, 8, 2, register=False) is Verdict.DUPLICATE
+    cached = table.cached_reply(1, register=False)
+    assert (cached.request, cached.op, cached.reply) == (2, 7, b"topic created")
+    assert table.judge(1, 8, 1, register=False) is Verdict.STALE
+
+
+def test_a_register_that_opened_no_session_runs_again() -> None:
+    """A register the state machine rejected (an inactive user) left nothing to protect."""
+    table, _ = _metadata_table()
+    _register(table, 5, 1)
+    assert table.judge(1, 0, REGISTER_REQUEST, register=True) is Verdict.NEW
+
+
+def test_without_session_liveness_a_session_lives_until_superseded() -> None:
+    table = ClientTable(4, registers_sessions=True)
+    _register(table, 5, 1)
+    table.commit(_committed(6, 1, 5, 1), b"w", register=False)
+    assert table.judge(1, 0, REGISTER_REQUEST, register=True) is Verdict.DUPLICATE
+    assert table.cached_reply(1, register=True).session == 5
+
+
+def test_registers_that_carry_growing_request_numbers_are_judged_by_number() -> None:
+    """A client that numbers its registers like any request (the simulator's) opens a new
+    session with each new number and gets its session back on a retry."""
+    table = ClientTable(4, registers_sessions=True)
+    _register(table, 5, 1, request=3)
+    assert table.judge(1, 0, 3, register=True) is Verdict.DUPLICATE
+    assert table.judge(1, 0, 2, register=True) is Verdict.STALE
+    assert table.judge(1, 0, 4, register=True) is Verdict.NEW
+    table.commit(_committed(6, 1, 5, 4), b"w", register=False)
+    assert table.judge(1, 0, 4, register=True) is Verdict.STALE  # now the write's number
+    assert table.judge(1, 0, 5, register=True) is Verdict.NEW
+    _register(table, 7, 1, request=5)
+    # A write whose number only a register used is no retry of anything: never a
+    # register's reply for a write.
+    assert table.judge(1, 7, 5, register=False) is Verdict.STALE
+    assert table.judge(1, 7, 6, register=False) is Verdict.NEW
+
+
+def test_a_register_keeps_the_client_request_numbers() -> None:
+    table, sessions = _metadata_table()
+    _register(table, 5, 1)
+    table.commit(_committed(6, 1, 5, 7), b"w", register=False)
+    _register(table, 8, 1)
+    entry = table.get(1)
+    assert entry is not None
+    assert (entry.session, entry.request_number, entry.request_op, entry.request_max) == (
+        8,
+        7,
+        6,
+        7,
+    )
+    assert entry.op == 8
+    del sessions  # unused: the table needs no liveness to commit
+
+
+def test_an_entry_shows_the_latest_commit_of_either_kind() -> None:
+    table, _ = _metadata_table()
+    _register(table, 5, 1)
+    entry = table.get(1)
+    assert entry is not None
+    assert (entry.request, entry.op, entry.reply) == (0, 5, b"registered at 5")
+    table.commit(_committed(6, 1, 5, 1), b"w", register=False)
+    assert (entry.request, entry.op, entry.reply) == (1, 6, b"w")
+    _register(table, 8, 1)
+    assert (entry.request, entry.op, entry.reply) == (0, 8, b"registered at 8")
+    entry.reply = b"replaced"
+    assert (entry.register_reply, entry.request_reply) == (b"replaced", b"w")
+
+
+def test_a_metadata_entry_made_by_a_write_has_no_register_to_repeat() -> None:
+    """A write whose client was evicted while it was in the pipeline commits into a fresh
+    entry; the client's next register is new, not a duplicate of nothing."""
+    table, _ = _metadata_table()
+    table.commit(_committed(6, 1, 5, 3), b"w", register=False)
+    assert table.judge(1, 0, REGISTER_REQUEST, register=True) is Verdict.NEW
+
+
+# --- eviction ----------------------------------------------------------------------------------
 
 
 def test_client_table_evicts_the_oldest_commit_and_refuses_its_session() -> None:
@@ -62,6 +247,33 @@ def test_client_table_evicts_the_oldest_commit_and_refuses_its_session() -> None
     assert table.judge(400, 31, 1, register=False) is Verdict.NEW
 
 
+def test_eviction_orders_by_the_latest_commit_register_or_request() -> None:
+    table, _ = _metadata_table(clients_max=2)
+    _register(table, 1, 100)
+    _register(table, 2, 200)
+    table.commit(_committed(3, 100, 1, 1), b"w", register=False)
+    _register(table, 4, 200)  # client 200 registered again: its latest commit is op 4
+    _register(table, 5, 100)
+    evicted = table.commit(_committed(6, 300, 0, 0), b"r", register=True)
+    assert evicted is not None and evicted.client_id == 200
+    assert table.session_evicted_max == 4
+    # Its next register is new, whatever happened to its session.
+    assert table.judge(200, 0, REGISTER_REQUEST, register=True) is Verdict.NEW
+
+
+# --- encoding ----------------------------------------------------------------------------------
+
+
+def _sample_metadata_table() -> ClientTable:
+    table = ClientTable(3, registers_sessions=True)
+    _register(table, 1, 7)
+    table.commit(_committed(2, 7, 1, 1), b"x" * 10, register=False)
+    _register(table, 3, 3, request=4)
+    table.commit(_committed(4, 9, 1, 2), b"", register=False)
+    _register(table, 5, 7)
+    return table
+
+
 def test_client_table_encoding_round_trips_and_rejects_garbage() -> None:
     table = ClientTable(3, registers_sessions=False)
     table.commit(_committed(1, 7, 1, 1), b"x" * 10, register=False)
@@ -71,6 +283,100 @@ def test_client_table_encoding_round_trips_and_rejects_garbage() -> None:
     assert copy.encode() == table.encode()
     with pytest.raises(MessageError):
         copy.restore(table.encode()[:-1])
+
+
+def test_metadata_table_encoding_round_trips_registers_and_requests() -> None:
+    table = _sample_metadata_table()
+    copy = ClientTable(3, registers_sessions=True)
+    copy.restore(table.encode())
+    assert copy.encode() == table.encode()
+    assert copy.entries == table.entries
+    for client_id in (3, 7, 9):
+        for register in (False, True):
+            for request in (0, 1, 2, 4, 5):
+                assert copy.judge(client_id, 1, request, register=register) is table.judge(
+                    client_id, 1, request, register=register
+                )
+
+
+def test_restore_rejects_every_truncation() -> None:
+    encoded = _sample_metadata_table().encode()
+    for size in range(len(encoded)):
+        with pytest.raises(MessageError):
+            ClientTable(3, registers_sessions=True).restore(encoded[:size])
+
+
+def _entry_offset(index: int) -> int:
+    """The byte offset of entry ``index`` when no entry before it holds reply bytes."""
+    return 16 + 57 * index
+
+
+@pytest.mark.parametrize(
+    ("mutate", "why"),
+    [
+        (lambda b: b"VCT1" + b[4:], "old magic"),
+        (lambda b: b[:64] + b"\x02" + b[65:], "unknown flag"),
+        (lambda b: b[:64] + b"\x00" + b[65:], "a register number without a register"),
+        (lambda b: b[:16] + b"\x00" * 16 + b[32:], "client id 0"),
+        (lambda b: b[:16] + b[73:89] + b[32:], "entries out of client id order"),
+        (lambda b: b + b"\x00", "trailing byte"),
+    ],
+)
+def test_restore_rejects_inconsistent_entries(mutate: Callable[[bytes], bytes], why: str) -> None:
+    table = ClientTable(3, registers_sessions=True)
+    table.commit(_committed(1, 5, 0, 3), b"", register=True)
+    table.commit(_committed(2, 6, 0, 0), b"", register=True)
+    encoded = table.encode()
+    assert encoded[_entry_offset(0) + 48] == 1  # the flags byte of entry 0
+    assert mutate(encoded) != encoded, why
+    with pytest.raises(MessageError):
+        ClientTable(3, registers_sessions=True).restore(mutate(encoded))
+
+
+def test_a_partition_table_refuses_an_encoded_register() -> None:
+    encoded = _sample_metadata_table().encode()
+    with pytest.raises(MessageError):
+        ClientTable(3, registers_sessions=False).restore(encoded)
+
+
+@settings(max_examples=300)
+@given(
+    st.one_of(
+        st.binary(max_size=200),
+        st.binary(max_size=200).map(lambda b: b"VCT2\x01\x00\x00\x00" + b),
+    )
+)
+def test_restore_of_random_bytes_fails_cleanly_or_round_trips(data: bytes) -> None:
+    table = ClientTable(3, registers_sessions=True)
+    try:
+        table.restore(data)
+    except MessageError:
+        return
+    assert table.encode() == data
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 5), st.booleans(), st.integers(0, 9), st.binary(max_size=8)),
+        max_size=12,
+    )
+)
+def test_encoding_round_trips_any_committed_history(
+    commits: list[tuple[int, bool, int, bytes]],
+) -> None:
+    table = ClientTable(3, registers_sessions=True)
+    for op, (client_id, register, request, reply) in enumerate(commits, start=1):
+        entry = table.get(client_id)
+        session = 0 if register or entry is None else entry.session
+        table.commit(_committed(op, client_id, session, request), reply, register=register)
+    copy = ClientTable(3, registers_sessions=True)
+    copy.restore(table.encode())
+    assert copy.entries == table.entries
+    assert copy.session_evicted_max == table.session_evicted_max
+
+
+# --- model-based: sessions that end, retries, evictions ---------------------------------------
 
 
 class ClientTableMachine(RuleBasedStateMachine):
@@ -106,3 +412,132 @@ class ClientTableMachine(RuleBasedStateMachine):
 
 
 TestClientTableMachine = ClientTableMachine.TestCase
+
+METADATA, PARTITION = 0, 1
+CLIENTS = (1, 2, 3, 4)
+
+
+class _Client:
+    def __init__(self) -> None:
+        self.session = 0  # the session the client holds, as far as it knows
+        self.request_next = 1  # grows across all the client's sessions
+        self.in_doubt: tuple[int, int] | None = None  # (group, request) without a reply
+        self.register_in_doubt = False
+
+
+class SessionsMachine(RuleBasedStateMachine):
+    """Clients of one metadata group and one partition group, with tables smaller than the
+    client count: they register (request 0, as on the wire), write, lose replies and retry,
+    under a new session too; the application ends sessions behind their backs.
+
+    What must hold: nothing is applied twice unless the client's entry in that group was
+    evicted in between (the documented bound); a retried register gets its session back
+    while it lives, and any register from a client id whose session ended opens a new one;
+    a register is never dropped; a fresh request of a registered client is never refused
+    while its entry is held."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sessions = Sessions()
+        self.tables = {
+            METADATA: ClientTable(3, registers_sessions=True, session_live=self.sessions),
+            PARTITION: ClientTable(3, registers_sessions=False),
+        }
+        self.ops = {METADATA: 0, PARTITION: 0}
+        self.clients = {c: _Client() for c in CLIENTS}
+        self.evictions: dict[tuple[int, int], int] = {}  # (group, client) -> count
+        # (group, client, request) -> eviction count of that entry when it was applied
+        self.applied: dict[tuple[int, int, int], int] = {}
+
+    def _commit(
+        self, group: int, client_id: int, session: int, request: int, *, register: bool
+    ) -> int:
+        self.ops[group] += 1
+        op = self.ops[group]
+        reply = b"%d:%d:%d" % (group, client_id, request)
+        prepare = _committed(op, client_id, 0 if register else session, request)
+        evicted = self.tables[group].commit(prepare, reply, register=register)
+        if evicted is not None:
+            key = (group, evicted.client_id)
+            self.evictions[key] = self.evictions.get(key, 0) + 1
+        return op
+
+    @rule(client_id=st.sampled_from(CLIENTS), lose_reply=st.booleans())
+    def register(self, client_id: int, lose_reply: bool) -> None:
+        client = self.clients[client_id]
+        table = self.tables[METADATA]
+        entry = table.get(client_id)
+        held = self.sessions.held.get(client_id)
+        verdict = table.judge(client_id, 0, REGISTER_REQUEST, register=True)
+        if verdict is Verdict.DUPLICATE:
+            assert entry is not None and held == entry.session, "an ended session came back"
+            session = table.cached_reply(client_id, register=True).session
+            assert session == held
+        else:
+            assert verdict is Verdict.NEW, f"a register was judged {verdict}"
+            if client.register_in_doubt and held is not None and entry is not None:
+                raise AssertionError("a retried register opened a second live session")
+            session = self._commit(METADATA, client_id, 0, REGISTER_REQUEST, register=True)
+            self.sessions.held[client_id] = session  # registering again ends the old one
+        client.register_in_doubt = lose_reply
+        client.session = 0 if lose_reply else session
+
+    @rule(client_id=st.sampled_from(CLIENTS))
+    def end_session(self, client_id: int) -> None:
+        self.sessions.held.pop(client_id, None)
+
+    @precondition(lambda self: any(c.session for c in self.clients.values()))
+    @rule(
+        client_id=st.sampled_from(CLIENTS),
+        group=st.sampled_from((METADATA, PARTITION)),
+        retry=st.booleans(),
+        lose_reply=st.booleans(),
+    )
+    def write(self, client_id: int, group: int, retry: bool, lose_reply: bool) -> None:
+        client = self.clients[client_id]
+        if client.session == 0 or self.sessions.held.get(client_id) != client.session:
+            return  # admission refuses a session the metadata state does not hold
+        if retry and client.in_doubt is not None:
+            group, request = client.in_doubt  # possibly under a newer session: face (b)
+        else:
+            request = client.request_next
+            client.request_next += 1
+        table = self.tables[group]
+        entry = table.get(client_id)
+        verdict = table.judge(client_id, client.session, request, register=False)
+        key = (group, client_id, request)
+        evictions = self.evictions.get((group, client_id), 0)
+        if verdict is Verdict.NEW:
+            if key in self.applied:
+                assert self.applied[key] != evictions, f"request {key} applied twice"
+            self._commit(group, client_id, client.session, request, register=False)
+            self.applied[key] = evictions
+        elif verdict is Verdict.DUPLICATE:
+            cached = table.cached_reply(client_id, register=False)
+            assert cached.request == request and key in self.applied
+            assert cached.reply == b"%d:%d:%d" % key
+        elif verdict is Verdict.STALE:
+            assert key in self.applied, f"request {key} dropped but never applied"
+        else:
+            # Refused: the client's entry is gone, or its session is older than the one
+            # the entry holds; the client must register again. Never for a client whose
+            # entry holds its current session.
+            assert entry is None or entry.session > client.session, verdict
+            client.session = 0
+            return
+        fresh = not (retry and client.in_doubt is not None)
+        if fresh and entry is not None and entry.session == client.session:
+            assert verdict is Verdict.NEW, "a registered client was locked out"
+        client.in_doubt = (group, request) if lose_reply else None
+
+    @invariant()
+    def bounded_and_encodable(self) -> None:
+        for group, table in self.tables.items():
+            assert len(table) <= 3
+            copy = ClientTable(3, registers_sessions=group == METADATA)
+            copy.restore(table.encode())
+            assert copy.entries == table.entries
+
+
+TestSessionsMachine = SessionsMachine.TestCase
+TestSessionsMachine.settings = settings(max_examples=200, stateful_step_count=60)

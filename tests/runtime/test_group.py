@@ -53,14 +53,16 @@ def _send_body(payload: bytes) -> bytes:
     )
 
 
-async def _submit_many(host: GroupHost, count: int, session: int = 7) -> list[Outcome]:
+async def _submit_many(
+    host: GroupHost, count: int, session: int = 7, request: int = 1
+) -> list[Outcome]:
     waiters = [ReplyWaiter() for _ in range(count)]
     for index, waiter in enumerate(waiters):
         host.submit(
             Submission(
                 client_id=100 + index,
                 session=session,
-                request=1,
+                request=request,
                 operation=Operation.SEND_MESSAGES,
                 body=_send_body(f"m{index}".encode()),
                 timestamp_us=1_000_000 + index,
@@ -99,11 +101,11 @@ def test_persisted_group_acks_every_request_with_fewer_fsyncs_than_prepares(
 
 
 def test_group_restarts_from_its_files_and_continues_the_offsets(tmp_path: Path) -> None:
-    async def round_trip(session: int) -> list[int]:
+    async def round_trip(session: int, request: int) -> list[int]:
         host = _host(tmp_path / "group", persisted=False)
         async with trio.open_nursery() as nursery:
             await nursery.start(host.run)
-            outcomes = await _submit_many(host, 3, session)
+            outcomes = await _submit_many(host, 3, session, request)
             nursery.cancel_scope.cancel()
         await host.close()
         return [
@@ -112,6 +114,9 @@ def test_group_restarts_from_its_files_and_continues_the_offsets(tmp_path: Path)
             if isinstance(o, Replied)
         ]
 
-    assert trio.run(round_trip, 7) == [0, 1, 2]
-    # The same client ids in a newer session: new requests, appended after the first three.
-    assert trio.run(round_trip, 8) == [3, 4, 5]
+    assert trio.run(round_trip, 7, 1) == [0, 1, 2]
+    # The same client ids in a newer session: a retried request number is answered from
+    # the client table (numbers belong to the client id, not the session), new numbers are
+    # appended after the first three.
+    assert trio.run(round_trip, 8, 1) == [0, 1, 2]
+    assert trio.run(round_trip, 8, 2) == [3, 4, 5]

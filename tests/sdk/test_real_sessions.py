@@ -66,15 +66,6 @@ def test_closing_another_connection_that_carries_the_session_keeps_it(
         owner.close()
 
 
-@pytest.mark.xfail(
-    reason=(
-        "consensus: ClientTable.judge compares a Register's request number (always 0) with "
-        "the client's last committed request: right after its register it is a DUPLICATE "
-        "(the ended session comes back), after any later metadata write it is STALE "
-        "(dropped, the node answers 58 for ever)"
-    ),
-    strict=True,
-)
 @pytest.mark.parametrize("wrote_metadata", [False, True], ids=["register-only", "after-a-write"])
 def test_a_client_id_whose_session_ended_can_register_a_new_one(
     real_node: NodeProcess, wrote_metadata: bool
