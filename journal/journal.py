@@ -284,6 +284,7 @@ class Journal:
         offset: int,
         message_count: int,
         timestamp_us: int,
+        body_prefix: Bytes = b"",
     ) -> RecordHeader:
         """Appends one record at the head; returns at once, durable after a later ``sync``.
 
@@ -296,6 +297,8 @@ class Journal:
             offset: ``offset_next`` (any offset if the journal is empty).
             message_count: Messages in ``body``, >= 1.
             timestamp_us: The primary's timestamp for the op.
+            body_prefix: Bytes the record body starts with, before ``body`` (written
+                with it in one vectored write rather than joined to it first).
 
         Returns:
             The header written, checksums included.
@@ -317,6 +320,7 @@ class Journal:
             offset=offset,
             message_count=message_count,
             timestamp_us=timestamp_us,
+            body_prefix=body_prefix,
         )
         try:
             segment = self._segments[-1] if self._segments else None
@@ -328,7 +332,8 @@ class Journal:
                 segment = self._roll(op, offset)
             position = segment.size_bytes
             slot = segment.record_count
-            segment.log.write(position, (header_bytes, body))
+            parts = (header_bytes, body_prefix, body) if body_prefix else (header_bytes, body)
+            segment.log.write(position, parts)
             entry = encode_entry(op, offset, timestamp_us, position)
             segment.index.write(slot * INDEX_ENTRY_SIZE, (entry,))
         except OSError:

@@ -102,6 +102,10 @@ def checksum(data: Bytes) -> int:
     return xxhash.xxh3_128_intdigest(data)
 
 
+def _size(data: Bytes) -> int:
+    return data.nbytes if isinstance(data, memoryview) else len(data)
+
+
 @dataclass(frozen=True, slots=True)
 class RecordHeader:
     """A decoded, valid record header.
@@ -164,8 +168,14 @@ def encode_header(
     offset: int,
     message_count: int,
     timestamp_us: int,
+    body_prefix: Bytes = b"",
 ) -> tuple[bytearray, RecordHeader]:
-    """Build the 128 header bytes for ``body``; return them and their decoded form."""
+    """Build the 128 header bytes for ``body``; return them and their decoded form.
+
+    With ``body_prefix`` the record body is ``body_prefix`` then ``body``, hashed in one
+    streaming pass, so a caller with a small header in front of a large body never has
+    to join them.
+    """
     assert 1 <= op <= U64_MAX
     assert 0 <= view <= U64_MAX
     assert 0 <= client_id <= U128_MAX
@@ -173,9 +183,14 @@ def encode_header(
     assert 0 <= offset <= U64_MAX
     assert 1 <= message_count <= 0xFFFF_FFFF
     assert 0 <= timestamp_us <= U64_MAX
-    body_size = body.nbytes if isinstance(body, memoryview) else len(body)
+    body_size = _size(body_prefix) + _size(body)
     assert body_size <= RECORD_BODY_SIZE_MAX
-    checksum_body = checksum(body)
+    if body_prefix:
+        hasher = xxhash.xxh3_128(body_prefix)
+        hasher.update(body)
+        checksum_body = hasher.intdigest()
+    else:
+        checksum_body = checksum(body)
     buffer = bytearray(RECORD_HEADER_SIZE)
     RECORD_HEADER.pack_into(
         buffer,

@@ -228,9 +228,11 @@ class GroupStore:
     def append(self, prepare: Prepare) -> None:
         """Write ``prepare`` after the head (page cache only; ``sync`` makes it durable)."""
         header = prepare.header
-        record = header.pack() + prepare.body
+        packed = header.pack()
+        # The record body is the packed header then the prepare body, handed over as two
+        # parts: the journal hashes and writes them without joining them first.
         self.journal.append(
-            record,
+            prepare.body,
             op=header.op,
             view=header.view,
             client_id=header.client_id,
@@ -238,8 +240,9 @@ class GroupStore:
             offset=header.op - 1,
             message_count=1,
             timestamp_us=header.timestamp_us,
+            body_prefix=packed,
         )
-        self.bytes_appended += len(record)
+        self.bytes_appended += len(packed) + len(prepare.body)
         self._remember(prepare)
 
     def sync(self) -> int:

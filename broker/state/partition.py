@@ -68,7 +68,7 @@ from sdk.wire.batch import (
     BATCH_HEADER_SIZE,
     BatchSlice,
     slice_batch,
-    stamp_batch,
+    stamped_batch,
     verify_batch,
 )
 from sdk.wire.codes import Operation
@@ -405,15 +405,13 @@ class PartitionState:
             raise StateError(ErrorCode.TOO_MANY_MESSAGES, "offsets exhausted")
         # One copy, at the ownership boundary: the request buffer belongs to the
         # connection, the prepare body to the log.
-        body = bytearray(batch)
-        stamp_batch(
-            body,
+        return stamped_batch(
+            batch,
             verified,
             partition_id=self.partition_id,
             base_offset=before.next_offset,
             base_timestamp=max(timestamp_us, before.timestamp_us),
         )
-        return bytes(body)
 
     # -- every replica --------------------------------------------------------------------
 

@@ -53,6 +53,7 @@ from sdk.wire.batch import (
     read_batch,
     slice_batch,
     stamp_batch,
+    stamped_batch,
     verify_batch,
 )
 from sdk.wire.codes import (
@@ -269,6 +270,7 @@ __all__ = [
     "read_batch",
     "slice_batch",
     "stamp_batch",
+    "stamped_batch",
     "verify_batch",
     # payloads
     "CacheMetric",

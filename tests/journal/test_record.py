@@ -106,3 +106,13 @@ def test_index_entries_round_trip_and_ignore_a_partial_tail(
     data = encode_entries(entries)
     assert len(data) == INDEX_ENTRY_SIZE * len(entries)
     assert parse_entries(data + bytes(tail)) == entries
+
+
+@settings(max_examples=100)
+@given(fields=header_fields, prefix=st.binary(max_size=200), body=st.binary(max_size=512))
+def test_a_body_prefix_gives_the_header_of_the_joined_body(
+    fields: dict[str, int], prefix: bytes, body: bytes
+) -> None:
+    joined_bytes, joined = encode_header(prefix + body, **fields)
+    split_bytes, split = encode_header(memoryview(body), body_prefix=prefix, **fields)
+    assert split_bytes == joined_bytes and split == joined

@@ -24,6 +24,7 @@ from sdk.wire import (
     read_batch,
     slice_batch,
     stamp_batch,
+    stamped_batch,
     verify_batch,
 )
 from tests.wire.strategies import outgoing_messages
@@ -317,3 +318,28 @@ def test_build_headroom_leaves_zero_bytes_in_front_of_the_batch() -> None:
     with_room = build_batch(messages, headroom=300)
     assert with_room[:300] == bytes(300)
     assert bytes(with_room[300:]) == bytes(build_batch(messages))
+
+
+@SETTINGS
+@given(
+    messages=outgoing_messages(),
+    partition_id=st.integers(0, 2**32 - 1),
+    base_offset=st.integers(0, 2**62),
+    base_timestamp=st.integers(0, 2**63),
+)
+def test_stamped_batch_is_the_in_place_stamp_as_a_copy(
+    messages: list[OutgoingMessage], partition_id: int, base_offset: int, base_timestamp: int
+) -> None:
+    batch = build_batch(messages)
+    before = bytes(batch)
+    verified = verify_batch(batch)
+    fields = {
+        "partition_id": partition_id,
+        "base_offset": base_offset,
+        "base_timestamp": base_timestamp,
+    }
+    copy = stamped_batch(memoryview(batch), verified, **fields)
+    assert bytes(batch) == before  # the source is left as it is
+    stamp_batch(batch, verified, **fields)
+    assert copy == bytes(batch)
+    assert verify_batch(copy).header.base_offset == base_offset
