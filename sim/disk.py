@@ -31,7 +31,8 @@ import random
 from collections.abc import Sequence
 from typing import Final
 
-from consensus.messages import PREPARE_HEADER, MessageError, Prepare, unpack_prepare_header
+from broker.state.records import append_prepare, prepare_of, restore_prepare
+from consensus.messages import Prepare
 from consensus.protocols import DurableState
 from journal import (
     Journal,
@@ -68,15 +69,7 @@ class Disk:
             record = self.journal.read_record(op)
         except (OpNotRetained, OpBeyondHead, RecordFaulty):
             return None
-        body = bytes(record.body)
-        try:
-            header = unpack_prepare_header(body, 0)
-        except MessageError:
-            return None
-        prepare = Prepare(header=header, body=body[PREPARE_HEADER.size :])
-        if header.op != op or len(prepare.body) != header.body_size:
-            return None
-        return prepare
+        return prepare_of(record, op)
 
     def op_max(self) -> int:
         return self.journal.op_head
@@ -87,36 +80,11 @@ class Disk:
     # Host side (the replica's actions) ---------------------------------------------------
 
     def append(self, prepare: Prepare) -> None:
-        header = prepare.header
-        self.journal.append(
-            header.pack() + prepare.body,
-            op=header.op,
-            view=header.view,
-            client_id=header.client_id,
-            request=header.request,
-            offset=header.op - 1,
-            message_count=1,
-            timestamp_us=header.timestamp_us,
-        )
+        append_prepare(self.journal, prepare)
 
     def repair(self, prepare: Prepare) -> None:
-        """A ``RepairJournal``: rewrite a damaged committed record from a peer's copy, or
-        append (durably) the committed op that follows a journal cut below its checkpoint."""
-        if prepare.op in self.journal.faulty_ops():
-            header = prepare.header
-            self.journal.repair_body(
-                header.pack() + prepare.body,
-                op=header.op,
-                view=header.view,
-                client_id=header.client_id,
-                request=header.request,
-                offset=header.op - 1,
-                message_count=1,
-                timestamp_us=header.timestamp_us,
-            )
-        else:
-            self.append(prepare)
-            self.journal.sync()
+        """A ``RepairJournal`` (``broker.state.records.restore_prepare``)."""
+        restore_prepare(self.journal, prepare)
 
     def sync(self) -> int:
         """One group commit; the highest op now durable."""

@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from consensus.messages import PREPARE_HEADER, MessageError, Prepare, unpack_prepare_header
+from broker.state.records import append_prepare, prepare_of, restore_prepare
+from consensus.messages import MessageError, Prepare
 from consensus.protocols import DurableState
 from consensus.replica import decode_snapshot
 from journal import (
@@ -208,14 +209,8 @@ class GroupStore:
             record = self.journal.read_record(op)
         except JournalError:
             return None
-        try:
-            header = unpack_prepare_header(record.body, 0)
-        except MessageError:
-            return None
-        if header.op != op:
-            return None
         # One copy, at the ownership boundary: consensus sends bodies as bytes.
-        return Prepare(header, bytes(record.body[PREPARE_HEADER.size :]))
+        return prepare_of(record, op)
 
     def op_max(self) -> int:
         return self.journal.op_head
@@ -227,22 +222,7 @@ class GroupStore:
 
     def append(self, prepare: Prepare) -> None:
         """Write ``prepare`` after the head (page cache only; ``sync`` makes it durable)."""
-        header = prepare.header
-        packed = header.pack()
-        # The record body is the packed header then the prepare body, handed over as two
-        # parts: the journal hashes and writes them without joining them first.
-        self.journal.append(
-            prepare.body,
-            op=header.op,
-            view=header.view,
-            client_id=header.client_id,
-            request=header.request,
-            offset=header.op - 1,
-            message_count=1,
-            timestamp_us=header.timestamp_us,
-            body_prefix=packed,
-        )
-        self.bytes_appended += len(packed) + len(prepare.body)
+        self.bytes_appended += append_prepare(self.journal, prepare)
         self._remember(prepare)
 
     def sync(self) -> int:
@@ -266,24 +246,9 @@ class GroupStore:
             self._forget(op)
 
     def repair(self, prepare: Prepare) -> None:
-        """Make committed ``prepare`` durable again (``RepairJournal``): rewrite its damaged
-        record in place, or append it at the head of a journal recovery cut below the
-        checkpoint. Durable when it returns. Blocks on the disk."""
-        header = prepare.header
-        if header.op in self.journal.faulty_ops():
-            self.journal.repair_body(
-                header.pack() + prepare.body,
-                op=header.op,
-                view=header.view,
-                client_id=header.client_id,
-                request=header.request,
-                offset=header.op - 1,
-                message_count=1,
-                timestamp_us=header.timestamp_us,
-            )
-        else:
-            self.append(prepare)
-            self.journal.sync()
+        """Make committed ``prepare`` durable again (``RepairJournal``; see
+        ``broker.state.records.restore_prepare``). Blocks on the disk."""
+        restore_prepare(self.journal, prepare)
 
     def write_superblock(self, state: DurableState) -> None:
         """Persist the replica's durable state. Blocks on the disk."""

@@ -1,0 +1,73 @@
+"""How a replica's prepares are stored in its journal: one record per op.
+
+Purpose: the one mapping from a consensus prepare to a journal record, shared by the
+runtime's ``GroupStore`` and the simulator's ``Disk`` (both adapt ``journal.Journal`` to
+``consensus.protocols.Log``).
+
+Invariants:
+
+1. A record's body is the packed prepare header followed by the prepare body, so a
+   record read back is the prepare, checksums included.
+2. The journal's offset space is the op space: a record holds one "message" at offset
+   ``op - 1``, so every journal lookup by offset is a lookup by op.
+"""
+
+from __future__ import annotations
+
+from consensus.messages import PREPARE_HEADER, MessageError, Prepare, unpack_prepare_header
+from journal import Journal, Record
+
+
+def append_prepare(journal: Journal, prepare: Prepare) -> int:
+    """Append ``prepare`` at the head (page cache only); returns the record body's size.
+
+    The packed header and the body go to the journal as two parts: it hashes and writes
+    them without joining them first.
+    """
+    header = prepare.header
+    packed = header.pack()
+    journal.append(
+        prepare.body,
+        op=header.op,
+        view=header.view,
+        client_id=header.client_id,
+        request=header.request,
+        offset=header.op - 1,
+        message_count=1,
+        timestamp_us=header.timestamp_us,
+        body_prefix=packed,
+    )
+    return len(packed) + len(prepare.body)
+
+
+def restore_prepare(journal: Journal, prepare: Prepare) -> None:
+    """Make committed ``prepare`` durable again (a ``RepairJournal`` action): rewrite its
+    damaged record in place, or append it at the head of a journal that recovery cut
+    below the checkpoint. Durable when it returns."""
+    header = prepare.header
+    if header.op in journal.faulty_ops():
+        journal.repair_body(
+            header.pack() + prepare.body,
+            op=header.op,
+            view=header.view,
+            client_id=header.client_id,
+            request=header.request,
+            offset=header.op - 1,
+            message_count=1,
+            timestamp_us=header.timestamp_us,
+        )
+    else:
+        append_prepare(journal, prepare)
+        journal.sync()
+
+
+def prepare_of(record: Record, op: int) -> Prepare | None:
+    """The prepare a record of ``op`` holds; None if it is not one (a foreign record)."""
+    try:
+        header = unpack_prepare_header(record.body, 0)
+    except MessageError:
+        return None
+    body = bytes(record.body[PREPARE_HEADER.size :])
+    if header.op != op or len(body) != header.body_size:
+        return None
+    return Prepare(header, body)
