@@ -70,8 +70,9 @@ class _LiveProgress(Progress):
     thread calls :meth:`get_renderable`)."""
 
     def __init__(self, *columns: ProgressColumn | str, pull: Callable[[], None], **kw: Any):
-        super().__init__(*columns, **kw)
+        # Set first: rich renders once while it builds its ``Live`` (rich 14 does).
         self._pull = pull
+        super().__init__(*columns, **kw)
 
     def get_renderable(self) -> RenderableType:
         self._pull()
