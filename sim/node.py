@@ -289,6 +289,7 @@ class Node:
 
     def _execute(self, tick: int, host: GroupHost, actions: list[Action]) -> None:
         disk = host.disk
+        repaired = False
         for action in actions:
             if isinstance(action, SendToReplica):
                 frame = encode_message(action.message, sender=self.index)
@@ -308,12 +309,15 @@ class Node:
                 disk.write_superblock(action.state)
             elif isinstance(action, RepairJournal):
                 disk.repair(action.prepare)
-                machine = host.machine.inner
-                if isinstance(machine, PartitionMachine) and not disk.faulty_ops():
-                    machine.rebuild_index()  # the repaired messages can be polled again
+                repaired = True
             else:
                 assert isinstance(action, WriteCheckpoint)
                 disk.write_checkpoint(action.op, action.snapshot)
+        machine = host.machine.inner
+        if repaired and host.replica.log_whole and isinstance(machine, PartitionMachine):
+            # After every action of the step: the ops the replica applied right after the
+            # last repair are appended by then, so the index reaches down past them.
+            machine.rebuild_index()  # the repaired messages can be polled again
 
     def _reply(self, action: ReplyToClient) -> None:
         endpoint = self.client_endpoints.get(action.client_id)

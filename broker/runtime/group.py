@@ -418,6 +418,7 @@ class GroupHost:
     async def _execute(self, actions: list[Action]) -> Event | None:
         """Run ``actions`` in order; return the ``PrepareWritten`` to report, if any."""
         store = self.store
+        repaired = False
         assert store is not None
         written: Prepare | None = None
         for action in actions:
@@ -441,12 +442,16 @@ class GroupHost:
             elif isinstance(action, RepairJournal):
                 await self._with_journal_busy(store.repair, action.prepare)
                 self.counters.records_repaired += 1
-                if self.partition_machine is not None and not store.faulty_ops():
-                    self.partition_machine.rebuild_index()  # its messages can be polled again
+                repaired = True
             else:
                 assert isinstance(action, WriteCheckpoint)
                 await self._with_journal_busy(store.write_checkpoint, action.op, action.snapshot)
                 self.counters.checkpoints += 1
+        replica = self.replica
+        if repaired and self.partition_machine is not None and replica and replica.log_whole:
+            # After every action of the step: the ops the replica applied right after the
+            # last repair are appended by then, so the index reaches down past them.
+            self.partition_machine.rebuild_index()  # its messages can be polled again
         if written is None:
             return None
         return PrepareWritten(written.op, written.checksum)
