@@ -190,7 +190,6 @@ class ConnectionContext:
 
     address: str
     client_id: int = 0
-    session: int = 0
     #: The session this connection registered (its login), ended when it closes; other
     #: connections may carry the same session and leave it alone when they close.
     registered_session: int = 0
@@ -758,7 +757,6 @@ class Node:
         if info.client_id != header.client:
             return _evict(header.client, EvictionReason.NO_SESSION)
         context.client_id = header.client
-        context.session = header.session
         return None
 
     async def _catch_up(self, host: GroupHost, op: int) -> None:
@@ -818,7 +816,6 @@ class Node:
                 )
                 return _evict(header.client, reason)
             context.client_id = header.client
-            context.session = outcome.op
             context.registered_session = outcome.op
             context.seen[METADATA_GROUP] = outcome.op
         return self._answer(context, self.metadata, header, outcome)
@@ -912,7 +909,6 @@ class Node:
                 return _status(header, int(denied))
             outcome = await self._submit(self.metadata, header, *encode_command(command))
             if code is CommandCode.LOGOUT_USER and isinstance(outcome, Replied):
-                context.session = 0
                 context.registered_session = 0
             return self._answer(context, self.metadata, header, outcome)
         if code is CommandCode.SEND_MESSAGES:
