@@ -55,7 +55,7 @@ import trio
 NONCE_SIZE: Final = 32
 MAC_SIZE: Final = 32
 BUS_FRAME_SIZE_MAX: Final = 64 * 1024 * 1024 + 64 * 1024 + 1024
-FRAME_KINDS: Final = frozenset({1, 2, 3})
+FRAME_KINDS: Final = frozenset({1, 2, 3, 4, 5})
 MAGIC_SIZE: Final = 8
 """Length of the acceptor's protocol magic (``bus._MAGIC``), sent before its nonce."""
 HANDSHAKE_ACCEPTOR_BYTES: Final = MAGIC_SIZE + NONCE_SIZE + MAC_SIZE

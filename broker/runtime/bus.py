@@ -21,10 +21,17 @@ Invariants:
 5. A forwarded request is answered exactly once: by the primary's outcome, or, if the
    connection to the primary drops first, with ``TransientNotCommitted`` (its fate is
    unknown).
+6. A read index is the primary's commit number, asked for by a backup that must serve a
+   read no older than anything the primary acknowledged (a stored consumer offset). The
+   primary answers only in normal status in the asker's view, and sends a ``Commit`` to
+   the asker on the same link just before its answer, so the backup knows the commit
+   (and repairs what it lacks) by the time it reads the answer. A link that drops answers
+   every pending ask with None.
 
 Wire format: after the handshake, frames of ``[size u32][kind u8][3 zero bytes]`` and
 ``size`` payload bytes. Kind 1 carries one consensus frame (``consensus.messages``, with
-its own checksum), kind 2 a forwarded request, kind 3 its outcome.
+its own checksum), kind 2 a forwarded request, kind 3 its outcome, kind 4 a read-index
+ask, kind 5 its answer.
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ from broker.runtime.group import (
     Submission,
 )
 from consensus import ClientError, Message, MessageError, Prepare, decode_message, encode_message
-from consensus.messages import MESSAGE_SIZE_MAX
+from consensus.messages import MESSAGE_SIZE_MAX, Commit
 from sdk.wire import IggyErrorCode
 
 if TYPE_CHECKING:
@@ -79,12 +86,18 @@ _HELLO_DIAL: Final = struct.Struct(f"<B{NONCE_SIZE}s{MAC_SIZE}s")  # replica, no
 _FORWARD: Final = struct.Struct("<QQ16sQQIQ")
 # token, kind, op, commit, view, status (or the session error)
 _FORWARD_REPLY: Final = struct.Struct("<QBQQQI")
+# token, group, view of the asker
+_READ_INDEX: Final = struct.Struct("<QQQ")
+# token, answered (0 or 1), commit
+_READ_INDEX_REPLY: Final = struct.Struct("<QBQ")
 
 
 class FrameKind(enum.IntEnum):
     MESSAGE = 1
     FORWARD = 2
     FORWARD_REPLY = 3
+    READ_INDEX = 4
+    READ_INDEX_REPLY = 5
 
 
 class _ReplyKind(enum.IntEnum):
@@ -110,6 +123,19 @@ def _mac(secret: bytes, label: bytes, *parts: bytes) -> bytes:
 
 
 @dataclass(eq=False)
+class ReadIndexAsk:
+    """One read-index ask waiting for its answer: the primary's commit, or None."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    commit: int | None = None
+
+    def answer(self, commit: int | None) -> None:
+        if not self.done.is_set():
+            self.commit = commit
+            self.done.set()
+
+
+@dataclass(eq=False)
 class Peer:
     """One other node: its connection (if up), outgoing queue and forwarded requests."""
 
@@ -120,6 +146,7 @@ class Peer:
     outgoing_bytes: int = 0
     wake: trio.Event = field(default_factory=trio.Event)
     forwarded: dict[int, Submission] = field(default_factory=dict)
+    read_indexes: dict[int, ReadIndexAsk] = field(default_factory=dict)
     connected: trio.Event = field(default_factory=trio.Event)
     bytes_sent: int = 0
     frames_dropped: int = 0
@@ -182,6 +209,31 @@ class ReplicaBus:
         submission.admitted = True  # its fate is out of our hands from here
         self._node.counters.forwarded += 1
         return True
+
+    async def read_index(self, host: GroupHost) -> int | None:
+        """The commit number of the group's primary, asked of its node (invariant 6).
+
+        None when this replica is not a backup in normal status, the primary's node is not
+        linked, the primary is in another view or not primary any more, or the link drops
+        first. Unbounded otherwise: the caller bounds the wait.
+        """
+        replica = host.replica
+        primary = host.primary_index
+        if replica is None or primary is None or primary == self.index:
+            return None
+        peer = self.peers[primary]
+        self._token += 1
+        token = self._token
+        ask = ReadIndexAsk()
+        ask_frame = _READ_INDEX.pack(token, host.group_id, replica.view)
+        if not self._enqueue(peer, FrameKind.READ_INDEX, ask_frame):
+            return None
+        peer.read_indexes[token] = ask
+        try:
+            await ask.done.wait()
+        finally:
+            peer.read_indexes.pop(token, None)
+        return ask.commit
 
     def _enqueue(self, peer: Peer, kind: FrameKind, payload: bytes) -> bool:
         if peer.stream is None:
@@ -303,6 +355,9 @@ class ReplicaBus:
                 for submission in peer.forwarded.values():
                     submission.answer(Refused(IggyErrorCode.TRANSIENT_NOT_COMMITTED))
                 peer.forwarded.clear()
+                for ask in peer.read_indexes.values():
+                    ask.answer(None)
+                peer.read_indexes.clear()
 
     async def _write_until_broken(
         self, peer: Peer, stream: trio.SocketStream, scope: trio.CancelScope
@@ -378,6 +433,10 @@ class ReplicaBus:
             self._on_forward(peer, payload)
         elif kind == FrameKind.FORWARD_REPLY:
             self._on_forward_reply(peer, payload)
+        elif kind == FrameKind.READ_INDEX:
+            self._on_read_index(peer, payload)
+        elif kind == FrameKind.READ_INDEX_REPLY:
+            self._on_read_index_reply(peer, payload)
         else:
             raise BusError(f"replica {peer.index} sent frame kind {kind}")
 
@@ -449,6 +508,27 @@ class ReplicaBus:
             error = _SESSION_ERRORS_BY_CODE.get(status, ClientError.NO_SESSION)
             outcome = SessionLost(error)
         submission.answer(outcome)
+
+    def _on_read_index(self, peer: Peer, payload: bytearray) -> None:
+        if len(payload) != _READ_INDEX.size:
+            raise BusError(f"replica {peer.index} sent a bad read-index ask")
+        token, group, view = _READ_INDEX.unpack(payload)
+        host = self._node.groups.get(group)
+        commit = None if host is None else host.read_index(view)
+        if commit is not None:
+            # Ahead of the answer on the same link: the asker's replica takes the commit
+            # before its reader sees the answer (the primary's own heartbeat, sent early).
+            self.send(peer.index, Commit(group, self.index, view, commit))
+        answer = _READ_INDEX_REPLY.pack(token, commit is not None, commit or 0)
+        self._enqueue(peer, FrameKind.READ_INDEX_REPLY, answer)
+
+    def _on_read_index_reply(self, peer: Peer, payload: bytearray) -> None:
+        if len(payload) != _READ_INDEX_REPLY.size:
+            raise BusError(f"replica {peer.index} sent a bad read-index answer")
+        token, answered, commit = _READ_INDEX_REPLY.unpack(payload)
+        ask = peer.read_indexes.pop(token, None)
+        if ask is not None:
+            ask.answer(commit if answered else None)
 
 
 async def _receive_exactly(stream: trio.SocketStream, size: int) -> bytes:

@@ -763,11 +763,22 @@ class Node:
         with trio.move_on_after(CATCH_UP_TIMEOUT_S):
             await host.wait_applied(op)
 
-    async def _read_barrier(self, host: GroupHost, op: int) -> bool:
+    async def _read_barrier(self, host: GroupHost, op: int, *, fresh: bool = False) -> bool:
         """Wait (bounded) until ``host`` may answer a read of committed state that must
-        see ``op`` (``GroupHost.wait_readable``); False when it still may not."""
+        see ``op`` (``GroupHost.wait_readable``); False when it still may not.
+
+        ``fresh``: the read must also see everything the primary has acknowledged to any
+        client (a stored consumer offset the client may have stored through another node).
+        A backup asks the primary's node for its commit (``ReplicaBus.read_index``) and
+        waits until it has applied that far.
+        """
         with trio.move_on_after(CATCH_UP_TIMEOUT_S):
             await host.wait_readable(op)
+            if fresh and self.bus is not None and not host.is_primary:
+                commit = await self.bus.read_index(host)
+                if commit is None:
+                    return False
+                await host.wait_readable(commit)
             return True
         return False
 
@@ -1100,7 +1111,9 @@ class Node:
                 # Routed here by a stale route: the client asks for the route again.
                 return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
             await host.opened.wait()
-            if not await self._read_barrier(host, context.seen.get(host.group_id, 0)):
+            fresh = payload.strategy.kind is wire.PollingKind.NEXT
+            seen = context.seen.get(host.group_id, 0)
+            if not await self._read_barrier(host, seen, fresh=fresh):
                 # Restarted or in a view change: its state may lack acknowledged ops.
                 return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
             await host.wait_journal_readable()
@@ -1119,7 +1132,8 @@ class Node:
             route = route_offset(state, payload, session)
             host = self._partition_host(route)
             await host.opened.wait()
-            if not await self._read_barrier(host, context.seen.get(host.group_id, 0)):
+            seen = context.seen.get(host.group_id, 0)
+            if not await self._read_barrier(host, seen, fresh=True):
                 return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
             partition_machine = host.partition_machine
             assert partition_machine is not None and route.consumer is not None

@@ -8,11 +8,9 @@ segment tail and a kill -9 of every node. Then it heals, checks the history agai
 node's log, kills every node at once, compares the replicas' committed records byte for
 byte, restarts them and checks again. ``docs/reliability.md`` has the 10-minute version.
 
-One known bug is counted here instead of failing the run (``docs/reliability.md``,
-"Findings", 3): right after a node restart the stored-offset consumer can be served an
-older stored offset than the one it saw acknowledged (``KNOWN_ANOMALIES``). Everything
-else fails the run: any lost, duplicated or diverging message, and any node that serves
-a partition from later than its first offset.
+Any anomaly fails the run: a lost, duplicated or diverging message, a node that serves a
+partition from later than its first offset, and a consumer served an older stored offset
+than one it saw acknowledged.
 """
 
 from __future__ import annotations
@@ -26,8 +24,6 @@ from bench.chaos.run import ChaosConfig, run_chaos
 
 CI_SEED = 3
 DURATION_S = 75.0
-KNOWN_ANOMALIES = frozenset({"stored-offset [nonmonotonic-poll]", "stored-offset [poll-skip]"})
-"""Finding 3 of docs/reliability.md: remove once the stored offset no longer goes back."""
 
 
 @pytest.mark.slow
@@ -52,8 +48,7 @@ def test_chaos_soak_loses_and_duplicates_no_acknowledged_message(tmp_path: Path)
     assert report.verdict.missing_on_a_replica == 0, story
     for verdict in (report.verdict, report.crash_verdict):
         assert verdict is not None, story
-        unexpected = {k: n for k, n in verdict.counts.items() if k not in KNOWN_ANOMALIES}
-        assert not unexpected and not verdict.violations_omitted, story
+        assert not verdict.counts and not verdict.violations_omitted, story
     assert not report.replica_problems and not report.crash_problems, story
     assert report.verdict.messages_acknowledged > 1000, story
     assert report.records_compared > 100, story

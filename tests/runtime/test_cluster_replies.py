@@ -31,6 +31,7 @@ PRIMARY_TIMEOUT_S = 20.0
 CATCH_UP_TIMEOUT_S = 30.0
 SESSION_END_WAIT_S = 3.0
 METADATA = "metadata"
+STORES = 20
 
 
 @pytest.fixture(scope="module")
@@ -232,3 +233,80 @@ def test_only_the_connection_that_logged_in_ends_the_session_when_it_closes(
             assert time.monotonic() < deadline, "closing the owner did not end the session"
             time.sleep(0.05)
         assert frame.eviction_header().reason is wire.EvictionReason.NO_SESSION
+
+
+def test_a_backup_reads_the_stored_offset_the_primary_just_acknowledged(
+    cluster: ChaosCluster,
+) -> None:
+    """A consumer that stores its offset at the primary and fails over to a backup must not
+    read an older offset there. The backup learns commits with the next prepare or the next
+    heartbeat, so without a read index it answers from before the store it was sent."""
+    stream = "read-index"
+    groups = create_topic(cluster, stream)
+    primary, _ = primary_of(cluster, groups[0])
+    backup = (primary + 1) % NODES
+    consumer = wire.Consumer(wire.ConsumerKind.CONSUMER, wire.Identifier(7))
+    owner, _ = login(cluster.client_addresses[primary])
+    with owner, carry(owner, cluster.client_addresses[backup]) as other:
+        body = wire.build_send_messages(
+            wire.Identifier(stream),
+            wire.Identifier("t"),
+            wire.PartitionId(0),
+            [wire.OutgoingMessage(index + 1, b"m") for index in range(STORES)],
+        )
+        assert owner.call_raw(int(CommandCode.SEND_MESSAGES), body).reply_header().status == 0
+        read = wire.GetConsumerOffset(consumer, wire.Identifier(stream), wire.Identifier("t"), 0)
+        for offset in range(STORES):
+            stored = owner.call(
+                CommandCode.STORE_CONSUMER_OFFSET,
+                wire.StoreConsumerOffset(
+                    consumer, wire.Identifier(stream), wire.Identifier("t"), 0, offset
+                ),
+            )
+            assert isinstance(stored, wire.Empty), stored
+            reply = other.call(CommandCode.GET_CONSUMER_OFFSET, read)
+            assert isinstance(reply, wire.ConsumerOffsetInfo), reply
+            assert reply.stored_offset == offset, f"stored {offset}, the backup read {reply}"
+
+
+def test_a_backup_cut_off_from_the_primary_refuses_the_stored_offset_read(
+    cluster: ChaosCluster,
+) -> None:
+    """Committed by the primary and the third node while the backup hears nothing: the
+    backup cannot ask the primary for its commit, so it answers 58, never the old offset."""
+    stream = "read-index-cut"
+    groups = create_topic(cluster, stream)
+    primary, _ = primary_of(cluster, groups[0])
+    backup = (primary + 1) % NODES
+    consumer = wire.Consumer(wire.ConsumerKind.CONSUMER, wire.Identifier(7))
+    target = (consumer, wire.Identifier(stream), wire.Identifier("t"), 0)
+    owner, _ = login(cluster.client_addresses[primary])
+    with owner, carry(owner, cluster.client_addresses[backup]) as other:
+        body = wire.build_send_messages(
+            wire.Identifier(stream),
+            wire.Identifier("t"),
+            wire.PartitionId(0),
+            [wire.OutgoingMessage(1, b"a"), wire.OutgoingMessage(2, b"b")],
+        )
+        assert owner.call_raw(int(CommandCode.SEND_MESSAGES), body).reply_header().status == 0
+        owner.call(CommandCode.STORE_CONSUMER_OFFSET, wire.StoreConsumerOffset(*target, 0))
+        wait_served(other)
+        link = cluster.link_name(primary, backup)
+        cluster.proxy_command({"op": "block", "link": link, "blocked": True})
+        try:
+            stored = owner.call(
+                CommandCode.STORE_CONSUMER_OFFSET, wire.StoreConsumerOffset(*target, 1)
+            )
+            assert isinstance(stored, wire.Empty), stored
+            frame = other.call_raw(
+                int(CommandCode.GET_CONSUMER_OFFSET), wire.GetConsumerOffset(*target).encode()
+            )
+            status = frame.reply_header().status
+            if status == 0:
+                reply = wire.read_reply(CommandCode.GET_CONSUMER_OFFSET, frame)
+                assert isinstance(reply, wire.ConsumerOffsetInfo), reply
+                assert reply.stored_offset == 1, f"stored 1, the cut-off backup read {reply}"
+            else:
+                assert status == IggyErrorCode.TRANSIENT_NOT_ACCEPTED, status
+        finally:
+            cluster.proxy_command({"op": "heal"})
