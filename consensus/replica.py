@@ -559,6 +559,22 @@ class Replica:
 
     # Client requests ---------------------------------------------------------------------
 
+    def _in_pipeline(self, client_id: int) -> bool:
+        return any(
+            self._headers[op].client_id == client_id
+            for op in range(self.commit_max + 1, self.op + 1)
+        )
+
+    def would_prepare(self, client_id: int, session: int, request: int, operation: int) -> bool:
+        """Whether a request from ``client_id`` would be new work: not in the pipeline, and
+        judged new by the client table (not a retry it answers or drops). Pure: it lets a
+        host refuse new work it has no room for while retries still get their answers."""
+        if self._in_pipeline(client_id):
+            return False
+        register = self.register_operation is not None and operation == self.register_operation
+        verdict = self.client_table.judge(client_id, session, request, register=register)
+        return verdict is Verdict.NEW
+
     def on_client_requested(self, event: ClientRequested) -> None:
         # Only a primary in normal status whose table reflects every committed op may
         # judge a request; anyone else drops it and the client retries elsewhere.
@@ -574,10 +590,8 @@ class Replica:
             self.register_operation is not None and event.operation == self.register_operation
         )
         # In-flight requests are absorbed by the pipeline: the reply follows its commit.
-        for op in range(self.commit_max + 1, self.op + 1):
-            header = self._headers[op]
-            if header.client_id == event.client_id:
-                return
+        if self._in_pipeline(event.client_id):
+            return
         verdict = self.client_table.judge(
             event.client_id, event.session, event.request, register=register
         )

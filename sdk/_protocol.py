@@ -62,6 +62,7 @@ from sdk.errors import (
     PartitionNotFound,
     RequestAlreadyApplied,
     RequestTimeout,
+    StorageFull,
     TopicNotFound,
     Unauthenticated,
     error_for_code,
@@ -579,6 +580,9 @@ class ClientCore:
                         detail="applied by an earlier attempt; its reply aged out",
                         after_retry=True,
                     )
+                if isinstance(failure, StorageFull):
+                    # Refused as new work; an earlier attempt may still have been applied.
+                    failure.outcome_unknown = uncertain and replicated
                 raise failure from None
             except SessionEvicted as evicted:
                 self.cluster.on_answer(address)

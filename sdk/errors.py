@@ -47,6 +47,7 @@ __all__ = [
     "RequestAlreadyApplied",
     "RequestTimeout",
     "SessionEvicted",
+    "StorageFull",
     "StreamAlreadyExists",
     "StreamNotFound",
     "TopicAlreadyExists",
@@ -210,6 +211,14 @@ class FeatureUnavailable(IggyError):
     """5: the server does not offer this feature."""
 
     default_code = IggyErrorCode.FEATURE_UNAVAILABLE
+
+
+class StorageFull(IggyError):
+    """4010: the node has no room for new messages (over its disk budget, or short of free
+    space); nothing was appended. Reads still work; try again once space is freed."""
+
+    default_code = IggyErrorCode.CANNOT_APPEND_MESSAGE
+    outcome_unknown = False
 
 
 class NotFound(IggyError):
@@ -405,6 +414,7 @@ _CLASS_BY_CODE: Final[dict[int, type[IggyError]]] = {
     IggyErrorCode.INVALID_COMMAND: InvalidCommand,
     IggyErrorCode.INVALID_FORMAT: InvalidFormat,
     IggyErrorCode.FEATURE_UNAVAILABLE: FeatureUnavailable,
+    IggyErrorCode.CANNOT_APPEND_MESSAGE: StorageFull,
     IggyErrorCode.UNAUTHENTICATED: Unauthenticated,
     IggyErrorCode.UNAUTHORIZED: Unauthorized,
     IggyErrorCode.INVALID_CREDENTIALS: InvalidCredentials,

@@ -17,10 +17,12 @@ Fault kinds (``FAULT_KINDS``):
 - ``truncate-tail``, ``corrupt-tail``: ``kill -9`` a node, cut (or flip bits in) one of
   the last records of a group's newest segment, hold, restart it.
 - ``kill-all``: ``kill -9`` every node at once, restart them all.
-
-Not implemented: filling a node's disk budget. The runtime has no disk budget to fill
-(retention and ``max_topic_size`` are not enforced, see ``docs/operations.md``), and
-filling the real file system of a shared machine is not a fault a test may inject.
+- ``fill-disk``: fill the disk budget of the primary or a backup of a group: a sparse
+  ballast file of ``DISK_BUDGET_BYTES`` in its data directory (the node counts each file
+  by its size, so the ballast costs no real disk; the nodes run with that budget), hold,
+  remove it. Meanwhile that node refuses new messages where it is primary (4010, a send
+  that failed) and drops prepares where it is a backup; afterwards it repairs what it
+  missed. The real file system of a shared machine is never filled.
 
 One fault at a time: the injector heals a fault, then waits until the cluster has
 recovered (see :func:`bench.chaos.run.wait_recovered`) before the next one. So at most one
@@ -48,7 +50,11 @@ FAULT_KINDS: Final = (
     "truncate-tail",
     "corrupt-tail",
     "kill-all",
+    "fill-disk",
 )
+DISK_BUDGET_BYTES: Final = 16 * 1024**3
+"""Every chaos node's disk budget: far above what a run writes, until a ballast fills it."""
+BALLAST_NAME: Final = "chaos-ballast"
 NODE_FAULTS: Final = frozenset(
     {"kill-primary", "kill-backup", "truncate-tail", "corrupt-tail", "kill-all"}
 )

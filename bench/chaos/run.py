@@ -44,7 +44,14 @@ from typing import Any, Final
 import trio
 
 from bench.chaos import segments
-from bench.chaos.faults import FAULT_KINDS, FaultPlan, FaultRecord, FaultSchedule
+from bench.chaos.faults import (
+    BALLAST_NAME,
+    DISK_BUDGET_BYTES,
+    FAULT_KINDS,
+    FaultPlan,
+    FaultRecord,
+    FaultSchedule,
+)
 from bench.chaos.history import PartitionKey, Polled, Verdict, check
 from bench.chaos.nodes import ChaosCluster, HarnessError
 from bench.chaos.workload import STREAM, Workload, WorkloadConfig, read_node_log
@@ -401,6 +408,7 @@ class ChaosRun:
             cluster_secret=secrets.token_urlsafe(24),
             tick_ms=config.tick_ms,
             proxy_seed=config.seed,
+            env={"VIEWSTREAM_LIMITS__DISK_BUDGET_BYTES": str(DISK_BUDGET_BYTES)},
         )
         self.cluster = cluster
         await self._blocking(cluster.start)
@@ -743,6 +751,16 @@ class ChaosRun:
                 await self._blocking(cluster.launch, node_handle.index)
             for node_handle in cluster.nodes:
                 await self._blocking(cluster.wait_ready, node_handle.index)
+        elif kind == "fill-disk":
+            node = primary if plan.choice % 2 == 0 else backup
+            role = "primary" if node == primary else "backup"
+            record.target = f"node {node} ({role} of {group})"
+            ballast = cluster.nodes[node].data_dir / BALLAST_NAME
+            record.detail = f"a {DISK_BUDGET_BYTES:,}-byte sparse ballast;"
+            await self._blocking(_write_ballast, ballast)
+            await trio.sleep(plan.hold_s)
+            record.healed_s = self._now()
+            await self._blocking(ballast.unlink)
         else:
             raise HarnessError(f"unknown fault kind {kind}")
 
@@ -756,6 +774,12 @@ class ChaosRun:
         if plan.kind == "truncate-tail":
             return f"{group}: " + segments.truncate_tail(matches[0], rng)
         return f"{group}: " + segments.corrupt_tail(matches[0], rng)
+
+
+def _write_ballast(path: Path) -> None:
+    """A sparse file of the nodes' whole disk budget: the node counts it by its size."""
+    with path.open("wb") as ballast:
+        ballast.truncate(DISK_BUDGET_BYTES)
 
 
 def _group_dir_name(group: str) -> str:

@@ -73,6 +73,18 @@ class Limits(BaseModel):
         description="A frame that has started arriving must finish within this time "
         "(drops slowloris clients that send half a header and stall).",
     )
+    disk_budget_bytes: int = Field(
+        0,
+        ge=0,
+        description="Most bytes the data directory may hold (every file under it); past "
+        "it the node refuses new messages with 4010 until there is room. 0: no budget.",
+    )
+    disk_free_min_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=0,
+        description="Free space the node leaves on its data directory's file system; "
+        "below it the node refuses new messages as when over its budget.",
+    )
 
 
 class Config(BaseSettings):

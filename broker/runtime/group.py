@@ -46,6 +46,7 @@ from typing import Any, Final, TypeVar
 
 import trio
 
+from broker.runtime.disk import DiskGuard
 from broker.runtime.stats import GroupCounters
 from broker.runtime.store import GroupStore
 from broker.state.plane import MetadataMachine, PartitionMachine
@@ -72,6 +73,7 @@ from consensus import (
     WriteCheckpoint,
     WriteSuperblock,
 )
+from consensus.messages import RepairPrepare
 from sdk.wire import IggyErrorCode
 from sdk.wire.batch import BATCH_HEADER
 from sdk.wire.codes import Operation
@@ -185,8 +187,12 @@ class GroupHost:
         on_applied: Callable[[GroupHost], None],
         prng: random.Random,
         partition: PartitionIds | None = None,
+        disk: DiskGuard | None = None,
     ) -> None:
         assert (kind is GroupKind.PARTITION) == (partition is not None)
+        self.disk = disk
+        """The node's disk guard: while it says full, a partition group takes no new
+        messages as primary and drops prepares as backup (``broker.runtime.disk``)."""
         self.group_id = group_id
         self.kind = kind
         self.path = path
@@ -238,6 +244,10 @@ class GroupHost:
     def receive(self, message: Message) -> None:
         if len(self._inbox) >= INBOX_EVENTS_MAX or self.replica is None:
             self.counters.messages_dropped += 1
+            return
+        if isinstance(message, Prepare | RepairPrepare) and self._disk_full():
+            # No room for its body: as if lost on the way; repaired once there is room.
+            self.counters.disk_full_refusals += 1
             return
         self._inbox.append(MessageReceived(message))
         self._wake.set()
@@ -489,10 +499,17 @@ class GroupHost:
         self._applied.set()
         self._applied = trio.Event()
 
+    def _disk_full(self) -> bool:
+        """Whether this partition group must take no more message bytes for now (the
+        metadata group's ops are small and keep logins and admin working)."""
+        return self.kind is GroupKind.PARTITION and self.disk is not None and self.disk.full
+
     def _count_prepare(self, prepare: Prepare) -> None:
         counters = self.counters
         counters.prepares += 1
         counters.prepare_bytes += len(prepare.body)
+        if self.disk is not None:
+            self.disk.note_appended(len(prepare.body))
         header = prepare.header
         if header.operation == Operation.SEND_MESSAGES and len(prepare.body) >= BATCH_HEADER.size:
             counters.prepare_messages += BATCH_HEADER.unpack_from(prepare.body, 0)[6]
@@ -546,6 +563,21 @@ class GroupHost:
             if not replica.is_primary:
                 if self.forward is None or not self.forward(self, submission):
                     submission.answer(Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
+                continue
+            if (
+                submission.operation == Operation.SEND_MESSAGES
+                and self._disk_full()
+                and replica.would_prepare(
+                    submission.client_id,
+                    submission.session,
+                    submission.request,
+                    submission.operation,
+                )
+            ):
+                # New messages only: a retry of a prepared or committed request still
+                # gets its answer from the pipeline or the client table.
+                self.counters.disk_full_refusals += 1
+                submission.answer(Refused(IggyErrorCode.CANNOT_APPEND_MESSAGE))
                 continue
             previous = self._waiters.get(submission.client_id)
             if previous is not None and previous is not submission:

@@ -72,6 +72,7 @@ import trio
 
 from broker import __version__
 from broker.runtime.config import Config, parse_address
+from broker.runtime.disk import DiskGuard
 from broker.runtime.group import (
     METADATA_GROUP,
     GroupHost,
@@ -227,6 +228,12 @@ class Node:
         self._scopes: dict[int, trio.CancelScope] = {}
         self._balanced: dict[tuple[int, int], int] = {}
         self._nursery: trio.Nursery | None = None
+        limits = config.limits
+        self.disk = DiskGuard(
+            self.data_dir,
+            budget_bytes=limits.disk_budget_bytes,
+            free_min_bytes=limits.disk_free_min_bytes,
+        )
         self.metadata: GroupHost = self._make_group(
             METADATA_GROUP, GroupKind.METADATA, self.data_dir / "metadata", persisted=True
         )
@@ -276,6 +283,7 @@ class Node:
             on_applied=self._on_applied,
             prng=random.Random(int.from_bytes(os.urandom(8), "little")),
             partition=partition,
+            disk=self.disk,
         )
         self.groups[group_id] = host
         return host
@@ -381,6 +389,7 @@ class Node:
                 self.metadata.forward = self.bus.forward
                 await nursery.start(self.bus.run)
             await nursery.start(self._run_group, self.metadata)
+            nursery.start_soon(self.disk.run)
             self._reconcile_partitions()
             if self.replica_count == 1:
                 # A lone node creates its root user before it takes clients, so the
@@ -600,6 +609,9 @@ class Node:
         report.node["uptime_s"] = uptime
         report.node["replica"] = self.replica_index
         report.node["replicas"] = self.replica_count
+        report.node["disk_used_bytes"] = self.disk.used_bytes
+        report.node["disk_free_bytes"] = self.disk.free_bytes
+        report.node["disk_full"] = self.disk.full
         for group_id, host in sorted(self.groups.items()):
             if host.partition is not None:
                 p = host.partition

@@ -49,6 +49,9 @@ class GroupCounters:
     dropped because a peer is down are still counted."""
     messages_dropped: int = 0
     """Peer messages dropped because the group's inbox was full or it was still opening."""
+    disk_full_refusals: int = 0
+    """While the node's disk was full (``broker.runtime.disk``): new messages refused with
+    4010 as primary, and prepares from peers dropped as backup (partition groups only)."""
 
     def derived(self, uptime_s: float) -> dict[str, float]:
         """Rates and ratios: per second of uptime and per prepare / per sync."""

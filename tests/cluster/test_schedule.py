@@ -22,4 +22,4 @@ def test_schedule_is_a_function_of_the_seed_and_covers_every_kind_each_round() -
 
 def test_schedule_refuses_an_unknown_kind() -> None:
     with pytest.raises(ValueError, match="unknown fault kinds"):
-        FaultSchedule(1, ("kill-primary", "fill-disk"))
+        FaultSchedule(1, ("kill-primary", "disk-full"))

@@ -120,6 +120,22 @@ def test_on_client_requested_retry_in_flight_is_absorbed_by_the_pipeline() -> No
     assert primary.op == 1
 
 
+def test_would_prepare_is_true_only_for_new_work() -> None:
+    """What a host that has no room asks before it refuses a request (a full disk): a
+    retry in the pipeline, or one the client table answers, is not new work."""
+    primary = _replica(0)
+    assert primary.would_prepare(5, 1, 1, 7)
+    actions = primary.step(ClientRequested(5, 1, 1, 7, b"x", 1))
+    prepare = next(a.prepare for a in actions if isinstance(a, AppendToJournal))
+    assert not primary.would_prepare(5, 1, 1, 7)  # in the pipeline
+    primary.step(PrepareWritten(1, prepare.checksum))
+    _receive(primary, PrepareOk(0, 2, 0, 1, prepare.checksum))
+    assert primary.commit_max == 1
+    assert not primary.would_prepare(5, 1, 1, 7)  # committed: the table repeats its reply
+    assert primary.would_prepare(5, 1, 2, 7)
+    assert primary.would_prepare(6, 1, 1, 7)
+
+
 def test_on_client_requested_full_pipeline_drops_new_requests() -> None:
     primary = _replica(0)
     for client in range(1, TEST_CONFIG.pipeline_prepares_max + 2):
