@@ -33,10 +33,12 @@ Invariants:
 
 1. :func:`build_batch` writes offset deltas 0..n-1 and the minimum origin timestamp,
    leaves the server fields zero and seals both checksum levels.
-2. :func:`verify_batch` touches each message header once; it accepts a batch only if
-   the frames tile ``batch_length`` exactly, ``message_count`` matches, reserved bytes
-   are zero, deltas are consecutive, and every checksum matches. It returns the packed
-   message checksums so :func:`stamp_batch` re-seals the batch without a second walk.
+2. :func:`verify_batch` accepts a batch only if the frames tile ``batch_length``
+   exactly, ``message_count`` matches, reserved bytes are zero, deltas are consecutive,
+   and every checksum matches. Its fast path only ever proves a batch valid; any fault
+   is reported by the per-message walk, so a rejection always names the first faulty
+   message with the walk's code and reason. It returns the packed message checksums
+   so :func:`stamp_batch` re-seals the batch without a second walk.
 3. Stamping rewrites only header bytes 0..24 and 40..48, in the caller's buffer.
 4. Reading and slicing never copy a payload: they return ``memoryview`` slices of the
    buffer they were given. A slice is either the stored record itself (one part) or a
@@ -45,6 +47,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -119,6 +122,8 @@ assert _MESSAGE_TAIL.size == MESSAGE_HEADER_SIZE - 8 - 8
 # What verification needs, skipping the id: checksum, deltas, lengths, reserved.
 _MESSAGE_CHECK: Final = struct.Struct("<Q16xIIIIQ")
 assert _MESSAGE_CHECK.size == MESSAGE_HEADER_SIZE
+# Header bytes 32..48 of a frame read as one field: lengths and reserved together.
+_LENGTHS_RESERVED: Final = struct.Struct("<IIQ")
 # The lengths alone, read at offset 32 of a message header.
 _MESSAGE_LENGTHS: Final = struct.Struct("<II")
 # What slicing needs: the checksum (for the new batch checksum) and the lengths.
@@ -132,6 +137,18 @@ _U64_MASK: Final = 0xFFFF_FFFF_FFFF_FFFF
 _U32_MAX: Final = 0xFFFF_FFFF
 
 _digest = xxhash.xxh3_64_intdigest
+
+# Verifying a batch whose frames all have one size (the common producer batch) reads
+# its message headers and hashed bytes with a few struct calls instead of a Python step
+# per message. Thresholds measured on CPython 3.11 (see _uniform_checksums):
+_UNIFORM_COUNT_MIN: Final = 16
+"""Below this many messages the per-message scan is as cheap as the bulk setup."""
+_UNIFORM_CHUNK_MAX: Final = 64
+"""Most frames one compiled struct reads. Chunks are powers of two up to this, so one
+frame size needs at most 7 cached structs whatever the message counts."""
+_COPY_FRAME_MAX: Final = 2048
+"""Largest frame whose hashed bytes are copied out by a struct for hashing: cheaper than
+a memoryview slice per frame up to about here, dearer above."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +231,7 @@ def batch_checksum(header_bytes: Buffer, message_checksums: bytes) -> int:
     return _digest(bytes(header[0:40]) + bytes(header[48:52]) + message_checksums)
 
 
-def _pack_checksums(checksums: list[int]) -> bytes:
+def _pack_checksums(checksums: Sequence[int]) -> bytes:
     return struct.pack(f"<{len(checksums)}Q", *checksums)
 
 
@@ -333,8 +350,99 @@ def verify_batch(batch: Buffer, *, first_offset_delta: int | None = 0) -> Verifi
     count = header.message_count
     if count == 0:
         raise ProtocolError("empty batch", IggyErrorCode.INVALID_MESSAGES_COUNT)
+    # The bulk proof of validity first; it returns None on any doubt, and the walk,
+    # which reports the first fault exactly, has the last word.
+    checksums: Sequence[int] | None = None
+    if count >= _UNIFORM_COUNT_MIN:
+        checksums = _uniform_checksums(view, count, first_offset_delta)
+    if checksums is None:
+        checksums = _walk_checksums(view, count, first_offset_delta)
+    packed = _pack_checksums(checksums)
+    if batch_checksum(view, packed) != header.batch_checksum:
+        raise ProtocolError("batch checksum mismatch", IggyErrorCode.INVALID_BATCH_CHECKSUM)
+    return VerifiedBatch(header, packed)
+
+
+@functools.lru_cache(maxsize=64)
+def _uniform_structs(frames: int, frame_size: int) -> tuple[struct.Struct, struct.Struct | None]:
+    """Structs reading ``frames`` back-to-back frames of ``frame_size`` bytes in one call.
+
+    The first yields, per frame, its checksum, its offset delta and its header bytes
+    32..48 (lengths and reserved, as one 16-byte string). The second, only for frames
+    up to ``_COPY_FRAME_MAX``, yields each frame's bytes 8..end: the checksummed bytes.
+    Cached because compiling costs about as much as reading (~60 ns a frame).
+    """
+    body_size = frame_size - MESSAGE_HEADER_SIZE
+    headers = struct.Struct("<" + f"Q16xI4x16s{body_size}x" * frames)
+    if frame_size > _COPY_FRAME_MAX:
+        return headers, None
+    return headers, struct.Struct("<" + f"8x{frame_size - 8}s" * frames)
+
+
+def _uniform_checksums(
+    view: memoryview, count: int, first_offset_delta: int | None
+) -> list[int] | None:
+    """The message checksums of a valid batch whose frames all have one size, else None.
+
+    A batch qualifies when its frame bytes split evenly into ``count`` frames and every
+    frame declares the same lengths, summing to that frame size: then the frames tile
+    the batch exactly as the walk would find them, and the remaining checks (reserved
+    zero, consecutive deltas, checksums) are made over whole columns in C. ``None``
+    means only "not proven valid here": the caller falls back to the walk.
+    """
+    frame_size, uneven = divmod(len(view) - BATCH_HEADER_SIZE, count)
+    if uneven:
+        return None
+    # _check_header bounds count by the batch length, so frame_size >= 48.
+    fields: list[int | bytes] = []
+    hashes: list[int] = []
+    digest = _digest
+    position = BATCH_HEADER_SIZE
+    remaining = count
+    while remaining:
+        frames = min(1 << (remaining.bit_length() - 1), _UNIFORM_CHUNK_MAX)
+        headers, bodies = _uniform_structs(frames, frame_size)
+        fields += headers.unpack_from(view, position)
+        if bodies is not None:
+            # Hash chunk by chunk so the copies live no longer than one chunk.
+            hashes += map(digest, bodies.unpack_from(view, position))
+        position += frames * frame_size
+        remaining -= frames
+    if frame_size > _COPY_FRAME_MAX:
+        hashed_size = frame_size - 8
+        hashes = [
+            digest(view[start : start + hashed_size])
+            for start in range(BATCH_HEADER_SIZE + 8, position, frame_size)
+        ]
+    checksums, deltas, tails = fields[0::3], fields[1::3], fields[2::3]
+    tail = tails[0]
+    assert isinstance(tail, bytes)
+    headers_size, payload_size, reserved = _LENGTHS_RESERVED.unpack(tail)
+    if (
+        reserved
+        or headers_size + payload_size != frame_size - MESSAGE_HEADER_SIZE
+        or tails.count(tail) != count
+    ):
+        return None
+    first = deltas[0]
+    assert isinstance(first, int)
+    # Comparing the first delta as the walk does keeps its semantics for any value.
+    if first_offset_delta is not None and first != first_offset_delta:
+        return None
+    if deltas != list(range(first, first + count)) or hashes != checksums:
+        return None
+    return hashes  # equal to the checksums read, and typed as ints
+
+
+def _walk_checksums(view: memoryview, count: int, first_offset_delta: int | None) -> list[int]:
+    """The message checksums, checking each message in turn: the authority on errors.
+
+    Raises:
+        ProtocolError: for the first faulty message, or bytes after the last one.
+    """
     unpack = _MESSAGE_CHECK.unpack_from
     digest = _digest
+    size = len(view)
     checksums = [0] * count
     position = BATCH_HEADER_SIZE
     expected_delta = first_offset_delta
@@ -371,10 +479,7 @@ def verify_batch(batch: Buffer, *, first_offset_delta: int | None = 0) -> Verifi
             f"{size - position} bytes after the last message",
             IggyErrorCode.INVALID_MESSAGES_COUNT,
         )
-    packed = _pack_checksums(checksums)
-    if batch_checksum(view, packed) != header.batch_checksum:
-        raise ProtocolError("batch checksum mismatch", IggyErrorCode.INVALID_BATCH_CHECKSUM)
-    return VerifiedBatch(header, packed)
+    return checksums
 
 
 def stamp_batch(
