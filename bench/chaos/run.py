@@ -514,6 +514,12 @@ class ChaosRun:
         logs: dict[int, dict[PartitionKey, list[Polled]]],
     ) -> None:
         reports = await all_stats(cluster)
+        with trio.move_on_after(self.config.final_timeout_s):
+            # A probe connection idle through the long final reads was closed by the
+            # node (its idle timeout): the next probe redials, so ask until all answer.
+            while any(report is None for report in reports):
+                await trio.sleep(STATS_INTERVAL_S)
+                reports = await all_stats(cluster)
         self.log(f"{self._now():7.1f}s kill -9 every node at once")
         await self._blocking(cluster.kill_all)
         self._compare_replica_files(cluster, reports)
