@@ -87,6 +87,7 @@ from broker.runtime.group import (
 )
 from broker.runtime.stats import NodeCounters, StatsReport, group_report
 from broker.runtime.store import remove_group_dir
+from broker.runtime.throttle import PASSWORD_CHECKS_CONCURRENT, LoginThrottle
 from broker.state.codec import encode_command
 from broker.state.credentials import PasswordHash, hash_password, verify_password
 from broker.state.errors import ErrorCode, StateError
@@ -228,6 +229,9 @@ class Node:
         self._scopes: dict[int, trio.CancelScope] = {}
         self._balanced: dict[tuple[int, int], int] = {}
         self._nursery: trio.Nursery | None = None
+        self.login_throttle = LoginThrottle()
+        self._password_checks = trio.CapacityLimiter(PASSWORD_CHECKS_CONCURRENT)
+        """Bounds the scrypt work of logins and password changes (``throttle`` docs)."""
         limits = config.limits
         self.disk = DiskGuard(
             self.data_dir,
@@ -794,6 +798,19 @@ class Node:
             return True
         return False
 
+    async def _check_password(self, stored: PasswordHash, password: str) -> bool:
+        """scrypt verification in a worker thread, within the node's password-check bound."""
+        return await trio.to_thread.run_sync(
+            verify_password, stored, password, limiter=self._password_checks
+        )
+
+    async def _hash_new_password(self, password: str) -> PasswordHash:
+        """scrypt with a salt drawn here, in a worker thread within the same bound."""
+        salt = os.urandom(SALT_SIZE_BYTES)
+        return await trio.to_thread.run_sync(
+            hash_password, password, salt, limiter=self._password_checks
+        )
+
     async def _login(
         self, context: ConnectionContext, header: RequestHeader, login: wire.LoginRegister
     ) -> Response:
@@ -815,14 +832,22 @@ class Node:
         if not machine.state.users():
             # A new cluster whose root user is not committed yet: try again shortly.
             return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+        host = context.address.rpartition(":")[0]
+        throttle = self.login_throttle
+        delay = throttle.delay_s(host, trio.current_time())
+        if delay > 0:
+            await trio.sleep(delay)  # this host failed to log in several times lately
         try:
             user = machine.state.user(login.username)
         except StateError:
+            throttle.failed(host, trio.current_time())
             return _evict(header.client, EvictionReason.INVALID_CREDENTIALS)
-        # scrypt costs tens of milliseconds of CPU: off the event loop.
-        valid = await trio.to_thread.run_sync(verify_password, user.password, login.password)
+        # scrypt costs tens of milliseconds of CPU: off the event loop, one at a time.
+        valid = await self._check_password(user.password, login.password)
         if not valid:
+            throttle.failed(host, trio.current_time())
             return _evict(header.client, EvictionReason.INVALID_CREDENTIALS)
+        throttle.succeeded(host)
         if user.status != UserStatus.ACTIVE:
             return _evict(header.client, EvictionReason.USER_INACTIVE)
         outcome = await self._submit(
@@ -978,7 +1003,7 @@ class Node:
         if denied is not None:
             return _status(header, int(denied))
         check_password(request.password)
-        digest = await _hash_new_password(request.password)
+        digest = await self._hash_new_password(request.password)
         command = create_user_command(request, digest)
         denied = state.authorize(command, header.session)
         if denied is not None:
@@ -998,13 +1023,11 @@ class Node:
             denied = state.permits(header.session, Action.MANAGE_USERS)
             if denied is not None:
                 return _status(header, int(denied))
-        valid = await trio.to_thread.run_sync(
-            verify_password, target.password, request.current_password
-        )
+        valid = await self._check_password(target.password, request.current_password)
         if not valid:
             return _status(header, IggyErrorCode.INVALID_CREDENTIALS)
         check_password(request.new_password)
-        digest = await _hash_new_password(request.new_password)
+        digest = await self._hash_new_password(request.new_password)
         command = change_password_command(request, digest)
         denied = state.authorize(command, header.session)
         if denied is not None:
@@ -1197,12 +1220,6 @@ class Node:
         report = self.runtime_report()
         body = json.dumps({"node": report.node, "groups": report.groups}).encode()
         return _reply(header, body, replica=self.replica_index)
-
-
-async def _hash_new_password(password: str) -> PasswordHash:
-    """scrypt with a salt drawn here, off the event loop (it costs tens of milliseconds)."""
-    salt = os.urandom(SALT_SIZE_BYTES)
-    return await trio.to_thread.run_sync(hash_password, password, salt)
 
 
 # -- the ticker -------------------------------------------------------------------------------

@@ -468,6 +468,7 @@ def test_a_flood_of_wrong_passwords_is_refused_and_others_keep_their_latency(
         stop.set()
         for thread in flooders:
             thread.join(timeout=LATENCY_CAP_S * 2)
+    print(f"wrong logins refused in 5 s: {len(refused)}")
     assert len(refused) >= 8, "the flood never reached the password check"
     with WireClient(node.address, timeout_s=10) as client:  # the right password still works
         client.login("iggy", ROOT_PASSWORD)
