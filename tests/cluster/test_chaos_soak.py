@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from bench.chaos.faults import FAULT_KINDS
 from bench.chaos.run import ChaosConfig, run_chaos
 
@@ -26,7 +24,6 @@ CI_SEED = 3
 DURATION_S = 75.0
 
 
-@pytest.mark.slow
 def test_chaos_soak_loses_and_duplicates_no_acknowledged_message(tmp_path: Path) -> None:
     lines: list[str] = []
     config = ChaosConfig(

@@ -126,7 +126,6 @@ async def _far_behind_replica_serves_everything(cluster: ChaosCluster) -> None:
     assert first == 0, f"node {victim} serves the partition from offset {first} (None: nothing)"
 
 
-@pytest.mark.slow
 def test_a_replica_restarted_far_behind_serves_the_partition_from_offset_zero(
     cluster: ChaosCluster,
 ) -> None:
@@ -184,7 +183,6 @@ async def _stored_offset_after_restart(cluster: ChaosCluster) -> list[str]:
     return stale
 
 
-@pytest.mark.slow
 def test_a_stored_consumer_offset_never_reads_older_after_every_node_restarts(
     cluster: ChaosCluster,
 ) -> None:

@@ -80,7 +80,6 @@ async def _primary_loses_its_only_op(cluster: ChaosCluster) -> None:
         await workload.close()
 
 
-@pytest.mark.slow
 def test_a_primary_that_lost_its_only_committed_op_rejoins_and_the_group_takes_writes(
     cluster: ChaosCluster,
 ) -> None:
