@@ -209,6 +209,13 @@ def stats(target: Target, *, as_json: bool) -> str:
         f"messages {reply.messages_count}  bytes {reply.messages_size_bytes}  "
         f"clients {reply.clients_count}  consumer groups {reply.consumer_groups_count}",
     ]
+    node = runtime.get("node", {})
+    if "disk_used_bytes" in node:
+        lines.append(
+            f"disk: data directory {node['disk_used_bytes']} bytes, "
+            f"{node['disk_free_bytes']} bytes free"
+            + ("  FULL: new messages refused (4010)" if node["disk_full"] else "")
+        )
     for name, group in runtime.get("groups", {}).items():
         lines.append(
             f"{name}: prepares {group['prepares']}  commits {group['commits']}  "

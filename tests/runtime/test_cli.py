@@ -40,6 +40,8 @@ def test_admin_commands_create_send_poll_and_report(node: NodeProcess) -> None:
     report = json.loads(invoke(node, "stats", "--json"))
     assert report["server"]["streams_count"] >= 1
     assert any(name.startswith("partition") for name in report["runtime"]["groups"])
+    assert report["runtime"]["node"]["disk_full"] is False
+    assert "disk: data directory" in invoke(node, "stats")
     invoke(node, "topic", "delete", "cli", "t")
     assert "deleted stream" in invoke(node, "stream", "delete", "cli")
 
