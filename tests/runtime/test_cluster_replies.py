@@ -235,6 +235,17 @@ def test_only_the_connection_that_logged_in_ends_the_session_when_it_closes(
         assert frame.eviction_header().reason is wire.EvictionReason.NO_SESSION
 
 
+def send_to_partition_0(client: WireClient, stream: str, count: int) -> None:
+    """``count`` messages to partition 0 of topic "t" of ``stream``, acknowledged."""
+    body = wire.build_send_messages(
+        wire.Identifier(stream),
+        wire.Identifier("t"),
+        wire.PartitionId(0),
+        [wire.OutgoingMessage(index + 1, b"m") for index in range(count)],
+    )
+    assert client.call_raw(int(CommandCode.SEND_MESSAGES), body).reply_header().status == 0
+
+
 def test_a_backup_reads_the_stored_offset_the_primary_just_acknowledged(
     cluster: ChaosCluster,
 ) -> None:
@@ -248,20 +259,12 @@ def test_a_backup_reads_the_stored_offset_the_primary_just_acknowledged(
     consumer = wire.Consumer(wire.ConsumerKind.CONSUMER, wire.Identifier(7))
     owner, _ = login(cluster.client_addresses[primary])
     with owner, carry(owner, cluster.client_addresses[backup]) as other:
-        body = wire.build_send_messages(
-            wire.Identifier(stream),
-            wire.Identifier("t"),
-            wire.PartitionId(0),
-            [wire.OutgoingMessage(index + 1, b"m") for index in range(STORES)],
-        )
-        assert owner.call_raw(int(CommandCode.SEND_MESSAGES), body).reply_header().status == 0
-        read = wire.GetConsumerOffset(consumer, wire.Identifier(stream), wire.Identifier("t"), 0)
+        send_to_partition_0(owner, stream, STORES)
+        target = (consumer, wire.Identifier(stream), wire.Identifier("t"), 0)
+        read = wire.GetConsumerOffset(*target)
         for offset in range(STORES):
             stored = owner.call(
-                CommandCode.STORE_CONSUMER_OFFSET,
-                wire.StoreConsumerOffset(
-                    consumer, wire.Identifier(stream), wire.Identifier("t"), 0, offset
-                ),
+                CommandCode.STORE_CONSUMER_OFFSET, wire.StoreConsumerOffset(*target, offset)
             )
             assert isinstance(stored, wire.Empty), stored
             reply = other.call(CommandCode.GET_CONSUMER_OFFSET, read)
@@ -282,13 +285,7 @@ def test_a_backup_cut_off_from_the_primary_refuses_the_stored_offset_read(
     target = (consumer, wire.Identifier(stream), wire.Identifier("t"), 0)
     owner, _ = login(cluster.client_addresses[primary])
     with owner, carry(owner, cluster.client_addresses[backup]) as other:
-        body = wire.build_send_messages(
-            wire.Identifier(stream),
-            wire.Identifier("t"),
-            wire.PartitionId(0),
-            [wire.OutgoingMessage(1, b"a"), wire.OutgoingMessage(2, b"b")],
-        )
-        assert owner.call_raw(int(CommandCode.SEND_MESSAGES), body).reply_header().status == 0
+        send_to_partition_0(owner, stream, 2)
         owner.call(CommandCode.STORE_CONSUMER_OFFSET, wire.StoreConsumerOffset(*target, 0))
         wait_served(other)
         link = cluster.link_name(primary, backup)
