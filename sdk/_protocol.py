@@ -1062,16 +1062,20 @@ class ClientCore:
         payload = yield from self._request(CommandCode.POLL_MESSAGES, request, route)
         reply = _expect(payload, PollMessagesReply)
         partition = reply.partition_id
+        # ``_make`` is tuple.__new__: a poll builds one message per record it read.
+        make = ReceivedMessage._make
         messages = [
-            ReceivedMessage(
-                partition,
-                m.offset,
-                m.id,
-                m.checksum,
-                m.timestamp,
-                m.origin_timestamp,
-                bytes(m.payload),
-                bytes(m.user_headers),
+            make(
+                (
+                    partition,
+                    m.offset,
+                    m.id,
+                    m.checksum,
+                    m.timestamp,
+                    m.origin_timestamp,
+                    bytes(m.payload),
+                    bytes(m.user_headers),
+                )
             )
             for m in reply.messages()
         ]
