@@ -951,8 +951,9 @@ class ClientCore:
         stream_id, topic_id = to_identifier(stream), to_identifier(topic)
         partition = yield from self.resolve_partition(stream_id, topic_id, partitioning)
         now_us = self._wall_clock_us()
+        fresh_ids = iter(self._message_ids(sum(1 for m in batch if not m.id)))
         outgoing = [
-            m.outgoing(m.id or self._message_id(), m.origin_timestamp or now_us) for m in batch
+            m.outgoing(m.id or next(fresh_ids), m.origin_timestamp or now_us) for m in batch
         ]
         buffer = build_send_messages(
             stream_id, topic_id, PartitionId(partition), outgoing, headroom=HEADER_SIZE
@@ -979,11 +980,25 @@ class ClientCore:
             return []
         return list(_expect(answer.payload, SendMessagesReply).confirmations)
 
-    def _message_id(self) -> int:
-        message_id = 0
-        while message_id == 0:
-            message_id = self._rng.getrandbits(128)
-        return message_id
+    def _message_ids(self, count: int) -> list[int]:
+        """``count`` random nonzero 128-bit message ids from one draw of the rng.
+
+        One ``getrandbits`` for the batch: with the default ``SystemRandom`` that is one
+        ``os.urandom`` call instead of one per message. A seeded ``random.Random`` fills
+        a wide draw from its 32-bit words in order, so the ids are those that one draw
+        per message would give.
+        """
+        if count == 0:
+            return []
+        raw = self._rng.getrandbits(128 * count).to_bytes(16 * count, "little")
+        ids = [
+            int.from_bytes(raw[start : start + 16], "little") for start in range(0, len(raw), 16)
+        ]
+        for index, message_id in enumerate(ids):
+            while message_id == 0:  # 0 means "no id" on the wire
+                message_id = self._rng.getrandbits(128)
+            ids[index] = message_id
+        return ids
 
     def poll_messages(
         self,
