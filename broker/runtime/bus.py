@@ -76,7 +76,10 @@ RECONNECT_BACKOFF_MIN_S: Final = 0.05
 RECONNECT_BACKOFF_MAX_S: Final = 2.0
 RECEIVE_BYTES_MAX: Final = 1 << 20
 GROUP_WAIT_S: Final = 3.0
-"""How long a forwarded request for a group this node does not host yet waits for it."""
+"""How long a forwarded request or a peer message for a group this node does not host
+yet waits for it."""
+HELD_MESSAGES_MAX: Final = 1024
+"""Peer messages held at once for groups not created here yet; more are dropped."""
 IOVECS_MAX: Final = 512
 _MAGIC: Final = b"VSBUS\x00\x01\x00"
 
@@ -168,6 +171,8 @@ class ReplicaBus:
         }
         self._token = 0
         self._nursery: trio.Nursery | None = None
+        self._held = 0
+        self._learning = False
         # A primary sends the same prepare to every backup: encode (and checksum) it once.
         self._last_message: Message | None = None
         self._last_frame = b""
@@ -429,6 +434,15 @@ class ReplicaBus:
             host = self._node.groups.get(group)
             if host is not None:
                 host.receive(message)
+            elif self._nursery is not None and self._held < HELD_MESSAGES_MAX:
+                # A group this node has not created yet (the metadata op that creates it
+                # is committed but not applied here yet): hold the message until it is,
+                # so a new partition's first prepare is not dropped and resent later.
+                self._held += 1
+                self._node.counters.messages_held += 1
+                self._nursery.start_soon(self._deliver_when_hosted, group, message)
+            else:
+                self._node.counters.messages_unhosted += 1
         elif kind == FrameKind.FORWARD:
             self._on_forward(peer, payload)
         elif kind == FrameKind.FORWARD_REPLY:
@@ -471,7 +485,39 @@ class ReplicaBus:
         else:
             submission.answer(Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
 
+    def _learn_metadata_commit(self) -> None:
+        """Ask the metadata primary for its commit (a read index), once at a time: a group
+        this node does not host yet is usually created by a metadata op the primary has
+        committed but this node has not heard of (backups learn commits from the next
+        prepare or the next heartbeat, up to ``COMMIT_INTERVAL_TICKS`` later). The
+        primary's answer comes with a ``Commit``, so this node applies the op at once."""
+        if self._learning or self._nursery is None:
+            return
+        self._learning = True
+        self._nursery.start_soon(self._ask_metadata_commit)
+
+    async def _ask_metadata_commit(self) -> None:
+        try:
+            with trio.move_on_after(GROUP_WAIT_S):
+                await self.read_index(self._node.metadata)
+        finally:
+            self._learning = False
+
+    async def _deliver_when_hosted(self, group: int, message: Message) -> None:
+        self._learn_metadata_commit()
+        try:
+            with trio.move_on_after(GROUP_WAIT_S):
+                host = await self._node.wait_group(group, GROUP_WAIT_S)
+                if host is not None:
+                    await host.opened.wait()
+                    host.receive(message)
+                    return
+            self._node.counters.messages_unhosted += 1
+        finally:
+            self._held -= 1
+
     async def _submit_when_hosted(self, group: int, submission: Submission) -> None:
+        self._learn_metadata_commit()
         host = await self._node.wait_group(group, GROUP_WAIT_S)
         if host is None:
             submission.answer(Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))

@@ -741,6 +741,11 @@ class Node:
         failure = await self._check_session(context, header)
         if failure is not None:
             return failure
+        # Read your writes: a backup answers (and checks a write against) local state only
+        # once it has applied the metadata ops this connection saw committed.
+        seen = context.seen.get(METADATA_GROUP, 0)
+        if self.metadata.applied_op < seen:
+            await self._catch_up(self.metadata, seen)
         try:
             return await self._dispatch(context, header, code, payload, frame)
         except StateError as error:
@@ -776,7 +781,12 @@ class Node:
         return None
 
     async def _catch_up(self, host: GroupHost, op: int) -> None:
+        """Wait (bounded) until ``host`` has applied ``op``. A backup that has not asks the
+        primary's node for its commit first (``ReplicaBus.read_index``): it would learn
+        it from the next prepare or heartbeat, up to half a second later."""
         with trio.move_on_after(CATCH_UP_TIMEOUT_S):
+            if host.applied_op < op and self.bus is not None and not host.is_primary:
+                await self.bus.read_index(host)
             await host.wait_applied(op)
 
     async def _read_barrier(self, host: GroupHost, op: int, *, fresh: bool = False) -> bool:
@@ -785,16 +795,19 @@ class Node:
 
         ``fresh``: the read must also see everything the primary has acknowledged to any
         client (a stored consumer offset the client may have stored through another node).
-        A backup asks the primary's node for its commit (``ReplicaBus.read_index``) and
-        waits until it has applied that far.
+        A backup asked for a fresh read, or behind ``op``, asks the primary's node for its
+        commit (``ReplicaBus.read_index``) and waits until it has applied that far, rather
+        than until the next prepare or heartbeat tells it.
         """
         with trio.move_on_after(CATCH_UP_TIMEOUT_S):
-            await host.wait_readable(op)
-            if fresh and self.bus is not None and not host.is_primary:
+            await host.wait_readable(0)  # normal status, the view's start op applied
+            behind = host.applied_op < op
+            if (fresh or behind) and self.bus is not None and not host.is_primary:
                 commit = await self.bus.read_index(host)
-                if commit is None:
+                if commit is None and fresh:
                     return False
-                await host.wait_readable(commit)
+                op = max(op, commit or 0)
+            await host.wait_readable(op)
             return True
         return False
 

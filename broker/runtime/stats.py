@@ -85,6 +85,12 @@ class NodeCounters:
     """Bytes written to client sockets."""
     forwarded: int = 0
     """Requests this node forwarded to another node's primary (cluster only)."""
+    messages_held: int = 0
+    """Peer messages that arrived for a group this node had not created yet (a new
+    partition whose metadata op it had not applied), held until it had."""
+    messages_unhosted: int = 0
+    """Peer messages dropped because their group was not created here within the bus's
+    wait (or too many were held): a deleted group's late traffic, mostly."""
 
 
 @dataclass(slots=True)

@@ -307,3 +307,24 @@ def test_a_backup_cut_off_from_the_primary_refuses_the_stored_offset_read(
                 assert status == IggyErrorCode.TRANSIENT_NOT_ACCEPTED, status
         finally:
             cluster.proxy_command({"op": "heal"})
+
+
+def test_a_client_of_a_backup_reads_its_own_metadata_writes_at_once(
+    cluster: ChaosCluster,
+) -> None:
+    """A stream created through a backup (forwarded to the metadata primary) is known to
+    that backup before it answers the next request on the connection: before, the backup
+    checked the next request against local state that lacked the stream until the
+    primary's next prepare or heartbeat, and answered STREAM_ID_NOT_FOUND."""
+    primary, _ = primary_of(cluster, METADATA)
+    for backup in (b for b in range(NODES) if b != primary):
+        stream = f"own-writes-{backup}"
+        client, _ = login(cluster.client_addresses[backup])
+        with client:
+            created = client.call(CommandCode.CREATE_STREAM, wire.CreateStream(stream))
+            assert isinstance(created, wire.StreamDetails)
+            topic = client.call(
+                CommandCode.CREATE_TOPIC, wire.CreateTopic(wire.Identifier(stream), 1, "t", ())
+            )
+            assert isinstance(topic, wire.TopicDetails)
+            send_to_partition_0(client, stream, 3)
