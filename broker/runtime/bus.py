@@ -22,11 +22,15 @@ Invariants:
    connection to the primary drops first, with ``TransientNotCommitted`` (its fate is
    unknown).
 6. A read index is the primary's commit number, asked for by a backup that must serve a
-   read no older than anything the primary acknowledged (a stored consumer offset). The
-   primary answers only in normal status in the asker's view, and sends a ``Commit`` to
-   the asker on the same link just before its answer, so the backup knows the commit
-   (and repairs what it lacks) by the time it reads the answer. A link that drops answers
-   every pending ask with None.
+   read no older than anything the primary acknowledged (a stored consumer offset), or
+   that lacks ops the primary committed (a connection's own writes, the op creating a
+   group it was just sent traffic for). The primary answers only in normal status in the
+   asker's view, and sends a ``Commit`` to the asker on the same link just before its
+   answer, so the backup knows the commit (and repairs what it lacks) by the time it
+   reads the answer. A link that drops answers every pending ask with None.
+7. A consensus message for a group this node has not created yet is held (at most
+   ``HELD_MESSAGES_MAX`` at once, each at most ``GROUP_WAIT_S``) until the group opens,
+   then delivered; otherwise dropped and counted, like a lost message.
 
 Wire format: after the handshake, frames of ``[size u32][kind u8][3 zero bytes]`` and
 ``size`` payload bytes. Kind 1 carries one consensus frame (``consensus.messages``, with
