@@ -14,8 +14,27 @@ Invariants:
 
 from __future__ import annotations
 
-from consensus.messages import PREPARE_HEADER, MessageError, Prepare, unpack_prepare_header
+from consensus.messages import (
+    PREPARE_HEADER,
+    MessageError,
+    Prepare,
+    PrepareHeader,
+    unpack_prepare_header,
+)
 from journal import Journal, Record
+
+
+def _record_fields(header: PrepareHeader) -> dict[str, int]:
+    """The journal record fields of a prepare (invariant 2: offset ``op - 1``)."""
+    return {
+        "op": header.op,
+        "view": header.view,
+        "client_id": header.client_id,
+        "request": header.request,
+        "offset": header.op - 1,
+        "message_count": 1,
+        "timestamp_us": header.timestamp_us,
+    }
 
 
 def append_prepare(journal: Journal, prepare: Prepare) -> int:
@@ -26,17 +45,7 @@ def append_prepare(journal: Journal, prepare: Prepare) -> int:
     """
     header = prepare.header
     packed = header.pack()
-    journal.append(
-        prepare.body,
-        op=header.op,
-        view=header.view,
-        client_id=header.client_id,
-        request=header.request,
-        offset=header.op - 1,
-        message_count=1,
-        timestamp_us=header.timestamp_us,
-        body_prefix=packed,
-    )
+    journal.append(prepare.body, body_prefix=packed, **_record_fields(header))
     return len(packed) + len(prepare.body)
 
 
@@ -46,16 +55,7 @@ def restore_prepare(journal: Journal, prepare: Prepare) -> None:
     below the checkpoint. Durable when it returns."""
     header = prepare.header
     if header.op in journal.faulty_ops():
-        journal.repair_body(
-            header.pack() + prepare.body,
-            op=header.op,
-            view=header.view,
-            client_id=header.client_id,
-            request=header.request,
-            offset=header.op - 1,
-            message_count=1,
-            timestamp_us=header.timestamp_us,
-        )
+        journal.repair_body(header.pack() + prepare.body, **_record_fields(header))
     else:
         append_prepare(journal, prepare)
         journal.sync()
