@@ -33,6 +33,7 @@ from journal.journal import (
     Journal,
     JournalConfig,
     SegmentInfo,
+    SyncPlan,
 )
 from journal.memory_storage import MemoryStorage
 from journal.record import RECORD_HEADER_SIZE, Record, RecordHeader
@@ -64,4 +65,5 @@ __all__ = [
     "Superblock",
     "SuperblockCorrupt",
     "SuperblockState",
+    "SyncPlan",
 ]

@@ -34,6 +34,10 @@ Sync concurrency contract. ``sync()`` may run in one worker thread while the own
      their indexes as described below, and the directory if a segment was created;
   c. publishes ``op_durable = target`` and returns it.
 
+``begin_sync`` and ``finish_sync`` are the same sync cut in two around (b), for a caller
+that flushes many journals' files with one flush of their file system; until the second
+half (or ``abandon_sync``) is called the sync is in flight.
+
 An append that runs during a sync lands either before the snapshot (then it is covered) or
 after it (then the next sync covers it); ``op_durable`` never claims an op the sync did not
 cover. Appends publish ``op_head`` last, after their bytes and any new segment are in
@@ -90,7 +94,7 @@ from journal.record import (
 )
 from journal.recovery import FaultyRegion, RecoveryReport, recover
 from journal.segment import INDEX_SUFFIX, LOG_SUFFIX, Segment, segment_stem
-from journal.storage_api import Storage
+from journal.storage_api import Storage, StorageFile
 
 __all__ = [
     "INDEX_SYNC_INTERVAL_RECORDS_DEFAULT",
@@ -141,6 +145,28 @@ class JournalConfig:
     def __post_init__(self) -> None:
         assert SEGMENT_SIZE_BYTES_MIN <= self.segment_size_bytes_max <= SEGMENT_SIZE_BYTES_MAX
         assert 1 <= self.index_sync_interval_records <= INDEX_SYNC_INTERVAL_RECORDS_MAX
+
+
+@dataclass(frozen=True, slots=True)
+class SyncPlan:
+    """A sync begun by :meth:`Journal.begin_sync`, to be flushed by its caller.
+
+    Attributes:
+        op_target: The op the sync makes durable (``op_head`` when it began).
+        op_durable: ``op_durable`` when it began (nothing else may change it meanwhile).
+        op_index_synced: The op up to which indexes count as synced once it is finished.
+        directory_generation: The directory generation it covers.
+        files: The files whose data must reach the disk, in order.
+        sync_directory: Whether the directory must reach the disk too (a segment was
+            created or removed since the last sync).
+    """
+
+    op_target: int
+    op_durable: int
+    op_index_synced: int
+    directory_generation: int
+    files: tuple[StorageFile, ...]
+    sync_directory: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,57 +413,95 @@ class Journal:
         """
         return self._sync(index_all=False)
 
-    def _sync(self, *, index_all: bool) -> int:
+    def begin_sync(self, *, index_all: bool = False) -> SyncPlan:
+        """Starts a sync whose flush the caller does: the first half of :meth:`sync`.
+
+        For a caller that makes many journals durable with one flush of their whole file
+        system (``syncfs``) rather than one ``fdatasync`` per file. It snapshots the
+        target as ``sync`` does (step a of the contract), and returns the files that
+        must reach the disk. The caller flushes them, or a superset, then calls
+        :meth:`finish_sync`; if the flush fails, :meth:`abandon_sync`. The sync is in
+        flight until one of the two is called.
+
+        Args:
+            index_all: Whether every index in the plan counts as synced too (free when the
+                flush covers the whole file system); otherwise the interval rule applies.
+
+        Raises:
+            JournalBroken: An earlier storage failure.
+        """
         self._check_writable()
         assert not self._sync_in_flight, "only one sync at a time"
         self._sync_in_flight = True
+        op_target = self._op_head  # Read first: see the contract in the module doc.
+        generation = self._directory_generation
+        op_durable = self._op_durable
+        op_index_synced = self._op_index_synced
+        assert op_index_synced <= op_durable <= op_target
+        files: list[StorageFile] = []
+        if op_target == op_index_synced and generation == self._directory_generation_synced:
+            return SyncPlan(op_target, op_durable, op_target, generation, (), False)
+        segments = self._segments[:]  # A snapshot; appends may add segments meanwhile.
+        pending: list[Segment] = []
+        for segment in reversed(segments):
+            if segment.op_base <= op_target:
+                pending.append(segment)
+            if segment.op_base <= op_index_synced + 1:
+                break
+        pending.reverse()
+        index_all = index_all or op_target - op_index_synced >= (
+            self._config.index_sync_interval_records
+        )
+        head_index_synced = False
+        for segment in pending:
+            if segment.op_last > op_durable:
+                # It may hold ops in (op_durable, op_target]; a sealed segment's op_last
+                # is fixed, the active one's only grows meanwhile.
+                files.append(segment.log)
+            if index_all or segment is not segments[-1]:
+                files.append(segment.index)
+                head_index_synced = segment is pending[-1]
+        if pending:
+            head = pending[-1]
+            synced_to = op_target if head_index_synced else head.op_base - 1
+            op_index_synced = max(op_index_synced, synced_to)
+        else:
+            op_index_synced = op_target
+        directory = generation != self._directory_generation_synced
+        return SyncPlan(op_target, op_durable, op_index_synced, generation, tuple(files), directory)
+
+    def finish_sync(self, plan: SyncPlan) -> int:
+        """Publishes a sync whose files are flushed (step c of the contract).
+
+        Returns:
+            The new ``op_durable``: the plan's target.
+        """
+        assert self._sync_in_flight, "no sync in flight"
+        assert self._op_durable == plan.op_durable, "durable op changed under a sync"
+        self._directory_generation_synced = plan.directory_generation
+        self._op_index_synced = plan.op_index_synced
+        self._op_durable = plan.op_target
+        assert self._op_index_synced <= self._op_durable
+        self._sync_in_flight = False
+        return plan.op_target
+
+    def abandon_sync(self) -> None:
+        """Ends a sync whose flush failed: the journal is broken from now on."""
+        assert self._sync_in_flight, "no sync in flight"
+        self._broken = "sync failed"
+        self._sync_in_flight = False
+
+    def _sync(self, *, index_all: bool) -> int:
+        plan = self.begin_sync(index_all=index_all)
         try:
-            op_target = self._op_head  # Read first: see the contract in the module doc.
-            generation = self._directory_generation
-            op_durable = self._op_durable
-            op_index_synced = self._op_index_synced
-            assert op_index_synced <= op_durable <= op_target
-            if op_target == op_index_synced and generation == self._directory_generation_synced:
-                return op_target
-            segments = self._segments[:]  # A snapshot; appends may add segments meanwhile.
-            pending: list[Segment] = []
-            for segment in reversed(segments):
-                if segment.op_base <= op_target:
-                    pending.append(segment)
-                if segment.op_base <= op_index_synced + 1:
-                    break
-            pending.reverse()
-            index_all = index_all or op_target - op_index_synced >= (
-                self._config.index_sync_interval_records
-            )
-            head_index_synced = False
-            try:
-                for segment in pending:
-                    if segment.op_last > op_durable:
-                        # It may hold ops in (op_durable, op_target]; a sealed segment's
-                        # op_last is fixed, the active one's only grows meanwhile.
-                        segment.log.sync()
-                    if index_all or segment is not segments[-1]:
-                        segment.index.sync()
-                        head_index_synced = segment is pending[-1]
-                if generation != self._directory_generation_synced:
-                    self._storage.sync_directory()
-            except OSError:
-                self._broken = "sync failed"
-                raise
-            self._directory_generation_synced = generation
-            if pending:
-                head = pending[-1]
-                synced_to = op_target if head_index_synced else head.op_base - 1
-                self._op_index_synced = max(op_index_synced, synced_to)
-            else:
-                self._op_index_synced = op_target
-            assert self._op_durable == op_durable, "durable op changed under a sync"
-            self._op_durable = op_target
-            assert self._op_index_synced <= self._op_durable
-            return op_target
-        finally:
-            self._sync_in_flight = False
+            for file in plan.files:
+                file.sync()
+            if plan.sync_directory:
+                self._storage.sync_directory()
+        except OSError:
+            self.abandon_sync()
+            raise
+        return self.finish_sync(plan)
 
     def truncate(self, op: int) -> int:
         """Removes every record after ``op`` (a view change); durable when it returns.

@@ -12,6 +12,7 @@ stress test runs a syncing thread flat out against an appending owner.
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Sequence
@@ -19,12 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from journal import Journal, JournalConfig
+from journal import Journal, JournalBroken, JournalConfig, MemoryStorage
 from journal.storage import FileStorage
 from journal.storage_api import Buffer, StorageFile, WritableBuffer
 from tests.journal.helpers import Spec, append_many, assert_journal_holds
 
 TIMEOUT_S = 30.0
+SMALL = JournalConfig(segment_size_bytes_max=1000)
 
 
 class _GatedFile:
@@ -230,3 +232,59 @@ def test_sync_thread_against_appending_owner_loses_nothing(tmp_path: Path) -> No
     assert_journal_holds(reopened, specs)
     reopened.close()
     reopened_storage.close()
+
+
+# --- A sync cut in two around a flush the caller does (begin_sync / finish_sync) -------------
+
+
+def test_split_sync_claims_what_it_planned_and_not_what_came_after() -> None:
+    storage = MemoryStorage(random.Random(7))
+    journal = Journal.open(storage, SMALL)
+    specs = append_many(journal, 5, body_size=150)  # several segments: SMALL rolls often
+    plan = journal.begin_sync(index_all=True)
+    assert plan.op_target == 5
+    assert plan.sync_directory  # segments were created since the journal opened
+    names = [file.name for file in plan.files]
+    assert any(name.endswith(".log") for name in names)
+    assert any(name.endswith(".index") for name in names)  # index_all
+    with pytest.raises(AssertionError):
+        journal.sync()  # one sync at a time, the split one included
+    specs += append_many(journal, 2, body_size=150, op_first=6, offset_first=10)
+    for file in plan.files:  # the caller's flush: here, exactly the planned files
+        file.sync()
+    storage.sync_directory()
+    assert journal.finish_sync(plan) == 5
+    assert journal.op_durable == 5  # not 7: ops 6 and 7 came after the plan
+    storage.crash()
+    reopened = Journal.open(storage, SMALL)
+    assert reopened.op_head >= 5
+    assert_journal_holds(reopened, specs[: reopened.op_head])
+
+
+def test_split_sync_with_nothing_new_plans_no_files() -> None:
+    storage = MemoryStorage(random.Random(8))
+    journal = Journal.open(storage, SMALL)
+    append_many(journal, 3, body_size=150)
+    journal.sync()
+    plan = journal.begin_sync()
+    assert plan.files == ()
+    assert not plan.sync_directory
+    assert journal.finish_sync(plan) == 3
+    # The head segment's index waits for its interval unless the flush covers it anyway.
+    plan = journal.begin_sync(index_all=True)
+    assert [file.name[-6:] for file in plan.files] == [".index"]
+    assert journal.finish_sync(plan) == 3
+    assert journal.begin_sync(index_all=True).files == ()
+
+
+def test_an_abandoned_split_sync_breaks_the_journal() -> None:
+    storage = MemoryStorage(random.Random(9))
+    journal = Journal.open(storage, SMALL)
+    append_many(journal, 2, body_size=150)
+    journal.begin_sync()
+    journal.abandon_sync()  # the caller's flush failed
+    assert journal.op_durable == 0
+    with pytest.raises(JournalBroken):
+        append_many(journal, 1, body_size=150, op_first=3, offset_first=4)
+    with pytest.raises(JournalBroken):
+        journal.begin_sync()
