@@ -120,6 +120,13 @@ class Config(BaseSettings):
         None, description="Root password on first start; generated and printed once if unset."
     )
     no_sync: bool = Field(False, description="Never fsync: for throwaway runs only.")
+    sync_scope: Literal["filesystem", "file"] = Field(
+        "filesystem",
+        description="How syncs of several persisted partitions at once reach the disk: "
+        "`filesystem` flushes the data directory's file system once for all of them "
+        "(syncfs, Linux 5.8+; it also writes back everything else dirty there), `file` "
+        "fsyncs each partition's files on its own.",
+    )
     tick_ms: int = Field(10, ge=1, le=1000, description="Consensus tick period.")
     segment_size_bytes: int = Field(
         1 << 30, ge=1 << 20, le=1 << 30, description="Segment roll size."

@@ -47,6 +47,7 @@ from typing import Any, Final, TypeVar
 import trio
 
 from broker.runtime.disk import DiskGuard
+from broker.runtime.flush import Flusher
 from broker.runtime.stats import GroupCounters
 from broker.runtime.store import GroupStore
 from broker.state.plane import MetadataMachine, PartitionMachine
@@ -188,11 +189,15 @@ class GroupHost:
         prng: random.Random,
         partition: PartitionIds | None = None,
         disk: DiskGuard | None = None,
+        flusher: Flusher | None = None,
     ) -> None:
         assert (kind is GroupKind.PARTITION) == (partition is not None)
         self.disk = disk
         """The node's disk guard: while it says full, a partition group takes no new
         messages as primary and drops prepares as backup (``broker.runtime.disk``)."""
+        self._flusher = flusher
+        """The node's flusher: syncs of groups busy at once share one flush
+        (``broker.runtime.flush``); without it the group syncs its own files."""
         self.group_id = group_id
         self.kind = kind
         self.path = path
@@ -624,7 +629,10 @@ class GroupHost:
             self._sync_in_flight = True
             self._sync_idle = trio.Event()
             try:
-                op = await trio.to_thread.run_sync(store.sync)
+                if self._flusher is not None:
+                    op = await self._flusher.sync(store)
+                else:
+                    op = await trio.to_thread.run_sync(store.sync)
             finally:
                 self._sync_in_flight = False
                 self._sync_idle.set()

@@ -73,6 +73,7 @@ import trio
 from broker import __version__
 from broker.runtime.config import Config, parse_address
 from broker.runtime.disk import DiskGuard
+from broker.runtime.flush import Flusher
 from broker.runtime.group import (
     METADATA_GROUP,
     GroupHost,
@@ -238,6 +239,7 @@ class Node:
             budget_bytes=limits.disk_budget_bytes,
             free_min_bytes=limits.disk_free_min_bytes,
         )
+        self.flusher = Flusher(self.data_dir, scope=config.sync_scope)
         self.metadata: GroupHost = self._make_group(
             METADATA_GROUP, GroupKind.METADATA, self.data_dir / "metadata", persisted=True
         )
@@ -288,6 +290,9 @@ class Node:
             prng=random.Random(int.from_bytes(os.urandom(8), "little")),
             partition=partition,
             disk=self.disk,
+            # The metadata group syncs its own files: a login must not wait for a flush
+            # of the partitions' unsynced appends (``broker.runtime.flush``, invariant 3).
+            flusher=self.flusher if kind is GroupKind.PARTITION else None,
         )
         self.groups[group_id] = host
         return host
@@ -392,6 +397,7 @@ class Node:
                 self.bus = ReplicaBus(self)
                 self.metadata.forward = self.bus.forward
                 await nursery.start(self.bus.run)
+            await nursery.start(self.flusher.run)
             await nursery.start(self._run_group, self.metadata)
             nursery.start_soon(self.disk.run)
             self._reconcile_partitions()
@@ -616,6 +622,9 @@ class Node:
         report.node["disk_used_bytes"] = self.disk.used_bytes
         report.node["disk_free_bytes"] = self.disk.free_bytes
         report.node["disk_full"] = self.disk.full
+        report.node["sync_scope"] = self.flusher.scope
+        report.node["flushes"] = self.flusher.counters.rounds
+        report.node["groups_flushed"] = self.flusher.counters.groups_flushed
         for group_id, host in sorted(self.groups.items()):
             if host.partition is not None:
                 p = host.partition

@@ -52,6 +52,7 @@ from journal import (
     StorageFile,
     Superblock,
     SuperblockState,
+    SyncPlan,
 )
 from journal.storage import FileStorage
 
@@ -231,6 +232,22 @@ class GroupStore:
         Blocks on the disk; runs in a worker thread (see invariant 2).
         """
         return self.journal.sync()
+
+    def begin_sync(self) -> SyncPlan:
+        """The first half of a sync whose caller flushes the whole file system.
+
+        Its indexes count as synced too, as the flush covers them. Runs in a worker
+        thread, as ``sync`` does; ``finish_sync`` or ``abandon_sync`` must follow.
+        """
+        return self.journal.begin_sync(index_all=True)
+
+    def finish_sync(self, plan: SyncPlan) -> int:
+        """The second half, once the flush is done; returns the op covered."""
+        return self.journal.finish_sync(plan)
+
+    def abandon_sync(self) -> None:
+        """The flush failed: the journal is broken from now on."""
+        self.journal.abandon_sync()
 
     def truncate(self, after_op: int) -> None:
         """Drop every op above ``after_op``; durable when it returns. Blocks on the disk.
