@@ -58,9 +58,9 @@ log = logging.getLogger("viewstream.connection")
 RECEIVE_BYTES_MAX: Final = 256 * 1024
 """Bytes asked of the socket per read."""
 IOVECS_MAX: Final = 512
+"""Buffers handed to one ``sendmsg`` (below the kernel's IOV_MAX of 1024)."""
 _LINK_ERRORS: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 """What a dropped client connection raises; it ends that connection and nothing else."""
-"""Buffers handed to one ``sendmsg`` (below the kernel's IOV_MAX of 1024)."""
 
 
 @dataclass(frozen=True, slots=True)
