@@ -233,7 +233,8 @@ def print_results(report: dict[str, Any], console: Console | None = None) -> Non
         f"server: cpu {_f(totals.get('cpu_percent'), 0)}% of a core (all nodes), "
         f"commit rounds/s per node {_f(totals.get('commit_rounds_per_s_per_node'), 1)}, "
         f"messages/prepare {_f(totals.get('messages_per_prepare'), 1)}, "
-        f"syncs/message {_f(totals.get('syncs_per_message'), 5)}, "
+        f"syncs/message {_f(totals.get('syncs_per_message'), 5)} "
+        f"(disk {_f(totals.get('disk_syncs_per_message'), 5)}), "
         f"bytes to replicas {_f(totals.get('bytes_to_replicas'))}"
     )
     for delta in report["server_stats"]["delta"]:

@@ -158,6 +158,7 @@ def _server_section(result: RunResult) -> dict[str, Any]:
         "prepare_bytes",
         "commit_rounds",
         "syncs",
+        "disk_syncs",
         "bytes_to_replicas",
         "requests",
         "forwarded",
@@ -173,6 +174,9 @@ def _server_section(result: RunResult) -> dict[str, Any]:
     totals["messages_per_prepare"] = totals["prepare_messages"] / prepares if prepares else None
     totals["syncs_per_message"] = (
         totals["syncs"] / totals["prepare_messages"] if totals["prepare_messages"] else None
+    )
+    totals["disk_syncs_per_message"] = (
+        totals["disk_syncs"] / totals["prepare_messages"] if totals["prepare_messages"] else None
     )
     cpu = [d["cpu_percent"] for d in deltas if "cpu_percent" in d]
     totals["cpu_percent"] = sum(cpu) if cpu else None

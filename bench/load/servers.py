@@ -329,7 +329,14 @@ _GROUP_COUNTERS: Final = (
     "synced_prepares",
     "bytes_to_replicas",
 )
-_NODE_COUNTERS: Final = ("requests", "bytes_received", "bytes_sent", "forwarded")
+_NODE_COUNTERS: Final = (
+    "requests",
+    "bytes_received",
+    "bytes_sent",
+    "forwarded",
+    "flushes",
+    "groups_flushed",
+)
 
 
 def _ratio(numerator: float, denominator: float) -> float | None:
@@ -342,7 +349,9 @@ def server_delta(before: NodeSnapshot, after: NodeSnapshot) -> dict[str, Any]:
     Partition groups are summed (``partition S/T/P`` in the counters); the metadata
     group is left out. Derived figures: ``commit_rounds_per_s``,
     ``messages_per_prepare``, ``syncs_per_message`` and ``prepares_per_sync`` (``None``
-    when the denominator is zero), and ``cpu_percent`` of one core.
+    when the denominator is zero), ``disk_syncs`` (partition sync rounds that synced
+    their own files, plus shared ``syncfs`` flushes) and ``disk_syncs_per_message``, and
+    ``cpu_percent`` of one core.
     """
     seconds = max(after.taken_at - before.taken_at, 1e-9)
     out: dict[str, Any] = {"address": after.address, "seconds": seconds}
@@ -372,6 +381,11 @@ def server_delta(before: NodeSnapshot, after: NodeSnapshot) -> dict[str, Any]:
     for key in _NODE_COUNTERS:
         if key in node_after:
             out[key] = int(node_after[key]) - int(node_before.get(key, 0))
+    # Disk syncs: a partition's own sync rounds, except those a shared flush covered,
+    # plus the shared flushes (syncfs) themselves (``broker.runtime.flush``).
+    disk_syncs = syncs - int(out.get("groups_flushed", 0)) + int(out.get("flushes", 0))
+    out["disk_syncs"] = disk_syncs
+    out["disk_syncs_per_message"] = _ratio(disk_syncs, prepare_messages)
     if before.cpu_s is not None and after.cpu_s is not None:
         out["cpu_percent"] = (after.cpu_s - before.cpu_s) / seconds * 100.0
     for key in ("messages_count", "messages_size_bytes", "read_bytes", "written_bytes"):
