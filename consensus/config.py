@@ -123,6 +123,11 @@ class Timeout:
         extra = prng.randrange(self.after_ticks // 2 + 1) if self.jitter else 0
         self.ticks_left = self.after_ticks + extra
 
+    def skip(self, ticks: int) -> None:
+        """Count ``ticks`` down at once; they must all pass without firing."""
+        assert 0 <= ticks < self.ticks_left
+        self.ticks_left -= ticks
+
     def tick(self, prng: random.Random) -> bool:
         assert self.ticks_left >= 1
         self.ticks_left -= 1

@@ -25,7 +25,16 @@ class MessageReceived:
 
 @dataclass(frozen=True, slots=True)
 class Ticked:
-    """One tick of time passed (10 ms in production); all timeouts are counted in ticks."""
+    """Ticks of time passed (10 ms each in production); all timeouts are counted in ticks.
+
+    ``count`` ticks at once are the same as ``count`` single ticks in a row with nothing
+    between them, and the host may pass more than one only while none but the last can
+    fire a timeout: ``count <= Replica.ticks_until_timeout()``. So a host need not step
+    an idle replica on every tick, only when its next timeout is due or another event
+    arrives (ticks owed are stepped first).
+    """
+
+    count: int = 1
 
 
 @dataclass(frozen=True, slots=True)

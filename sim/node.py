@@ -145,6 +145,8 @@ class GroupHost:
     #: (tick due, event) in completion order; writes and syncs complete in append order.
     io: list[tuple[int, Event]] = field(default_factory=list)
     io_tick_last: int = 0
+    #: Ticks passed but not yet stepped (``Options.lazy_ticks``): all of them silent.
+    ticks_owed: int = 0
 
 
 class Node:
@@ -260,13 +262,32 @@ class Node:
 
     def step(self, tick: int, host: GroupHost, event: Event) -> None:
         assert self.alive
+        if host.ticks_owed:
+            self._pay_ticks(tick, host)  # time passes before anything else happens
+        self._step(tick, host, event)
+
+    def _step(self, tick: int, host: GroupHost, event: Event) -> None:
         actions = host.replica.step(event)
         self._execute(tick, host, actions)
         self.observer.on_step(self.index, host.group, host.replica)
 
     def tick(self, tick: int) -> None:
+        if not self.options.lazy_ticks:
+            for host in self.groups:
+                self.step(tick, host, Ticked())
+            return
+        # As the runtime does: step a replica only on the tick its next timeout fires;
+        # the ticks before it are owed and paid in one Ticked(count), first thing.
         for host in self.groups:
-            self.step(tick, host, Ticked())
+            host.ticks_owed += 1
+            if host.ticks_owed >= host.replica.ticks_until_timeout():
+                self._pay_ticks(tick, host)
+
+    def _pay_ticks(self, tick: int, host: GroupHost) -> None:
+        while host.ticks_owed:
+            count = min(host.ticks_owed, host.replica.ticks_until_timeout())
+            host.ticks_owed -= count
+            self._step(tick, host, Ticked(count))
 
     def complete_io(self, tick: int) -> None:
         """Report every disk completion due by ``tick``, group by group, in order."""

@@ -29,6 +29,7 @@ Finally the end-of-run checkers run.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import struct
 import traceback
@@ -333,7 +334,8 @@ def run_seed(
     faults: bool = True,
     replica_class: type[Replica] = Replica,
     strict_polls: bool = True,
+    lazy_ticks: bool = False,
 ) -> Result:
     """Run the simulation of ``seed`` (the one entry point the CLI and the tests use)."""
-    options = Options.from_seed(seed, faults=faults)
+    options = dataclasses.replace(Options.from_seed(seed, faults=faults), lazy_ticks=lazy_ticks)
     return World(options, replica_class, strict_polls=strict_polls).run()
