@@ -26,6 +26,10 @@ Invariants:
 
 Theory of operation: the loop drains pending ticks, then queued events, then admits
 queued client requests while the replica is a ready primary with room in its pipeline.
+Ticks are owed rather than stepped one by one: the group wakes for ticks only when its
+replica's next timeout is due (``Replica.ticks_until_timeout``), and pays every tick owed
+first, in ``Ticked(count)`` steps, whenever it wakes. An idle group is thus stepped once
+per shortest timeout, not on every tick (``docs/operations.md``, idle cost).
 After each step's actions it reports ``PrepareWritten`` for the last append (the write
 went to the page cache synchronously). ``SyncJournal`` wakes the syncer, which runs
 ``journal.sync`` in a worker thread while the loop keeps appending and answering; its
@@ -224,6 +228,8 @@ class GroupHost:
         self._inbox: deque[Event] = deque()
         self._synced: PrepareSynced | None = None
         self._ticks_pending = 0
+        self._ticks_due = 1
+        """Pending ticks at which the replica's next timeout fires (1 until it exists)."""
         self._requests: deque[Submission] = deque()
         self._waiters: dict[int, Submission] = {}
         self._in_flight: dict[int, int] = {}  # client id -> request prepared, not replied
@@ -243,8 +249,11 @@ class GroupHost:
     # -- posting (any task) -----------------------------------------------------------------
 
     def tick(self) -> None:
+        """One tick passed. The group wakes for it only when its replica's next timeout
+        is due; until then the tick is owed, and paid first whenever the group steps."""
         self._ticks_pending = min(self._ticks_pending + 1, TICKS_PENDING_MAX)
-        self._wake.set()
+        if self._ticks_pending >= self._ticks_due:
+            self._wake.set()
 
     def receive(self, message: Message) -> None:
         if len(self._inbox) >= INBOX_EVENTS_MAX or self.replica is None:
@@ -408,16 +417,14 @@ class GroupHost:
 
     def _has_work(self) -> bool:
         return bool(
-            self._ticks_pending
+            self._ticks_pending >= self._ticks_due
             or self._inbox
             or self._synced is not None
             or (self._requests and self._admissible())
         )
 
     async def _pass(self) -> None:
-        ticks, self._ticks_pending = self._ticks_pending, 0
-        for _ in range(ticks):
-            await self._step(Ticked())
+        await self._pay_ticks()
         synced, self._synced = self._synced, None
         if synced is not None:
             await self._step(synced)
@@ -428,6 +435,17 @@ class GroupHost:
         await self._admit()
 
     # -- stepping ---------------------------------------------------------------------------
+
+    async def _pay_ticks(self) -> None:
+        """Step the ticks owed, the silent ones together: ``Ticked(count)`` may carry
+        ticks up to the one on which the next timeout fires, not past it."""
+        replica = self.replica
+        assert replica is not None
+        ticks, self._ticks_pending = self._ticks_pending, 0
+        while ticks:
+            count = min(ticks, replica.ticks_until_timeout())
+            ticks -= count
+            await self._step(Ticked(count))
 
     async def _step(self, event: Event) -> None:
         replica = self.replica
@@ -482,6 +500,7 @@ class GroupHost:
     def _after_step(self) -> None:
         replica = self.replica
         assert replica is not None
+        self._ticks_due = replica.ticks_until_timeout()
         if replica.commit_min != self._commit_seen:
             self.counters.commits += max(0, replica.commit_min - self._commit_seen)
             self.counters.commit_rounds += 1

@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 import trio
+import trio.testing
 
 from broker.runtime.group import (
     GroupHost,
@@ -16,7 +17,7 @@ from broker.runtime.group import (
     ReplyWaiter,
     Submission,
 )
-from consensus import Message, ReplicaConfig
+from consensus import Action, Event, Message, ReplicaConfig, Ticked
 from sdk import wire
 from sdk.wire.codes import Operation
 
@@ -120,3 +121,40 @@ def test_group_restarts_from_its_files_and_continues_the_offsets(tmp_path: Path)
     # appended after the first three.
     assert trio.run(round_trip, 8, 1) == [0, 1, 2]
     assert trio.run(round_trip, 8, 2) == [3, 4, 5]
+
+
+def test_an_idle_group_steps_its_replica_only_when_a_timeout_is_due(tmp_path: Path) -> None:
+    """Ticks are owed, not stepped one by one: 200 idle ticks cost a step per timeout due,
+    and every one of them still reaches the replica's countdowns."""
+
+    async def main() -> tuple[list[int], int, int]:
+        host = _host(tmp_path / "group", persisted=False)
+        counts: list[int] = []
+        async with trio.open_nursery() as nursery:
+            await nursery.start(host.run)
+            replica = host.replica
+            assert replica is not None
+            await trio.testing.wait_all_tasks_blocked()
+            step = replica.step
+
+            def counting_step(event: Event) -> list[Action]:
+                if isinstance(event, Ticked):
+                    counts.append(event.count)
+                return step(event)
+
+            replica.step = counting_step  # type: ignore[method-assign]
+            shortest = replica.ticks_until_timeout()
+            for _ in range(200):
+                host.tick()
+                await trio.testing.wait_all_tasks_blocked()
+            left = replica.ticks_until_timeout()
+            nursery.cancel_scope.cancel()
+        await host.close()
+        return counts, shortest, left
+
+    counts, shortest, left = trio.run(main)
+    # Every tick was stepped (the last few may still be owed), in far fewer steps.
+    assert 200 - shortest < sum(counts) <= 200
+    assert len(counts) <= 200 // 5
+    assert max(counts) > 1
+    assert left >= 1
