@@ -25,6 +25,12 @@ def test_config_defaults_are_one_local_node() -> None:
     assert config.replica_count == 1
     assert config.root_username == "iggy"
     assert config.root_password is None
+    assert config.sync_scope == "filesystem"
+
+
+def test_config_sync_scope_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VIEWSTREAM_SYNC_SCOPE", "file")
+    assert load_config().sync_scope == "file"
 
 
 def test_config_precedence_toml_then_env_then_flags(
@@ -74,6 +80,7 @@ def test_config_file_from_environment(tmp_path: Path, monkeypatch: pytest.Monkey
         ({"replica": 3, "replicas": ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]}, "replica"),
         ({"replicas": ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]}, "cluster_secret"),
         ({"unknown_setting": 1}, "unknown_setting"),
+        ({"sync_scope": "disk"}, "sync_scope"),
     ],
 )
 def test_config_invalid_setting_is_named(flags: dict[str, object], named: str) -> None:
