@@ -452,7 +452,7 @@ def _check_poll(
     if not poll.messages:
         return
     base = final[0].offset if final else 0
-    by_offset = {base + i: e for i, e in enumerate(final)}
+    end = base + len(final)  # the final log's offsets are dense: final[i] is base + i
     first = poll.messages[0].offset
     if poll.asked is not None and poll.asked < first and first in retained_starts:
         verdict.retained_gap_polls += 1  # served by a node that no longer holds the start
@@ -486,7 +486,7 @@ def _check_poll(
                 f"{who} got offset {message.offset} at position {index} of a poll from {first}",
             )
             return
-        held = by_offset.get(message.offset)
+        held = final[message.offset - base] if base <= message.offset < end else None
         if held is None and message.offset < base:
             verdict.polls_unverifiable += 1  # no node serves this offset any more
             continue
