@@ -16,14 +16,16 @@ Invariants:
 2. A failed flush breaks every journal of its round (``abandon_sync``) and raises in each
    group that asked, exactly as a failed ``fdatasync`` does: the page cache after a failed
    flush is unknown, so nothing it may have covered is ever acknowledged.
-3. A round with one group syncs that group's own files (``fdatasync``), never the file
-   system: ``syncfs`` also writes back whatever else is dirty on the file system (the
-   unsynced appends of ``replicated`` topics, other programs' files), which a single group
-   should not wait for. Only rounds of two or more groups use it, and only with
-   ``sync_scope = "filesystem"`` on Linux 5.8 or later; with ``"file"`` every group syncs
-   alone, in parallel worker threads. The node hands the flusher to partition groups
-   only: the metadata group syncs its own files, so a login never waits for a flush of
-   the partitions' data.
+3. ``syncfs`` also writes back whatever else is dirty on the file system (the unsynced
+   appends of ``replicated`` topics, other programs' files), which a single group should
+   not wait for. So a round of one group syncs that group's own files (``fdatasync``);
+   only rounds of two or more use ``syncfs``, and only with ``sync_scope =
+   "filesystem"`` on Linux 5.8 or later (with ``"file"`` every group syncs alone, in
+   parallel worker threads). A group whose directory lies on another file system than
+   the data directory (a mount) always syncs its own files: a flush of the data
+   directory's file system would not cover it. The node hands the flusher to partition
+   groups only: the metadata group syncs its own files, so a login never waits for a
+   flush of the partitions' data.
 4. Rounds run one at a time, in the order groups asked; a group is never in two rounds at
    once (its host allows one sync in flight).
 
@@ -142,6 +144,7 @@ class Flusher:
         self._queue: list[_Ticket] = []
         self._wanted = trio.Event()
         self._fd: int | None = None
+        self._device = -1
         self._serving = False
         self.counters = FlushCounters()
 
@@ -174,6 +177,7 @@ class Flusher:
             return
         self._data_dir.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self._data_dir, os.O_RDONLY | os.O_DIRECTORY)
+        self._device = os.fstat(self._fd).st_dev
         self._serving = True
         task_status.started()
         try:
@@ -201,15 +205,19 @@ class Flusher:
 
     def _round(self, tickets: list[_Ticket]) -> None:
         """One round, in a worker thread: every ticket gets its op or its error."""
-        if len(tickets) == 1:
-            ticket = tickets[0]
-            try:
-                ticket.op = ticket.store.sync()
-            except Exception as error:  # JournalBroken or OSError: the group's to raise
-                ticket.error = error
+        shared: list[_Ticket] = []
+        for ticket in tickets:
+            # A journal elsewhere (a partitions directory mounted from another disk) is
+            # not covered by a flush of the data directory's file system.
+            if _device_of(ticket.store.path) == self._device:
+                shared.append(ticket)
+            else:
+                self._sync_alone(ticket)
+        if len(shared) == 1:
+            self._sync_alone(shared[0])
             return
         begun: list[tuple[_Ticket, SyncPlan]] = []
-        for ticket in tickets:
+        for ticket in shared:
             try:
                 begun.append((ticket, ticket.store.begin_sync()))
             except Exception as error:  # JournalBroken: an earlier failure
@@ -227,3 +235,15 @@ class Flusher:
         for ticket, plan in begun:
             ticket.op = ticket.store.finish_sync(plan)
             ticket.flushed = True
+
+    @staticmethod
+    def _sync_alone(ticket: _Ticket) -> None:
+        try:
+            ticket.op = ticket.store.sync()
+        except Exception as error:  # JournalBroken or OSError: the group's to raise
+            ticket.error = error
+
+
+def _device_of(path: Path) -> int:
+    """The file system (device number) ``path`` lives on."""
+    return os.stat(path).st_dev

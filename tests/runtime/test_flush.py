@@ -219,3 +219,44 @@ def test_persisted_groups_busy_at_once_ack_everything_with_shared_flushes(
         store = _store(host.path)
         assert store.journal.op_head == store.journal.op_durable == 24
         store.close()
+
+
+def test_a_group_on_another_file_system_syncs_its_own_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gated = _GatedStore(tmp_path / "gated")
+    gated.recovered()
+    stores = [_store(tmp_path / f"group-{index}") for index in range(3)]
+    for store in stores:
+        append_many(store.journal, 2, body_size=300)
+    elsewhere = stores[2].path
+    real = flush._device_of
+
+    def device_of(path: Path) -> int:
+        # As if group-2's directory were a mount of another disk.
+        return -7 if path == elsewhere else real(path)
+
+    monkeypatch.setattr(flush, "_device_of", device_of)
+    results: dict[int, int] = {}
+    flusher = Flusher(tmp_path, scope="filesystem")
+
+    async def sync(index: int) -> None:
+        results[index] = await flusher.sync(stores[index])
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(flusher.run)
+            await _hold_a_round(flusher, gated, nursery)
+            async with trio.open_nursery() as syncs:
+                for index in range(3):
+                    syncs.start_soon(sync, index)
+                await trio.sleep(0.01)
+                gated.release.set()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert results == {0: 2, 1: 2, 2: 2}
+    # One syncfs for the two on the data directory's file system; group-2 synced alone.
+    assert (flusher.counters.rounds, flusher.counters.groups_flushed) == (1, 2)
+    for store in [gated, *stores]:
+        store.close()
