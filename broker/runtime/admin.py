@@ -216,6 +216,13 @@ def stats(target: Target, *, as_json: bool) -> str:
             f"{node['disk_free_bytes']} bytes free"
             + ("  FULL: new messages refused (4010)" if node["disk_full"] else "")
         )
+    if "sync_scope" in node:
+        flushes = node["flushes"]
+        per_flush = node["groups_flushed"] / flushes if flushes else 0.0
+        lines.append(
+            f"syncs: scope {node['sync_scope']}, {flushes} shared flushes covering "
+            f"{node['groups_flushed']} partition syncs ({per_flush:.1f} per flush)"
+        )
     for name, group in runtime.get("groups", {}).items():
         lines.append(
             f"{name}: prepares {group['prepares']}  commits {group['commits']}  "

@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from broker.cli import app
+from broker.runtime.flush import syncfs_available
 from tests.runtime.processes import ROOT_PASSWORD, NodeProcess, free_port
 
 runner = CliRunner()
@@ -41,7 +42,10 @@ def test_admin_commands_create_send_poll_and_report(node: NodeProcess) -> None:
     assert report["server"]["streams_count"] >= 1
     assert any(name.startswith("partition") for name in report["runtime"]["groups"])
     assert report["runtime"]["node"]["disk_full"] is False
-    assert "disk: data directory" in invoke(node, "stats")
+    text = invoke(node, "stats")
+    assert "disk: data directory" in text
+    scope = "filesystem" if syncfs_available() else "file"
+    assert f"syncs: scope {scope}, 0 shared flushes" in text
     invoke(node, "topic", "delete", "cli", "t")
     assert "deleted stream" in invoke(node, "stream", "delete", "cli")
 
