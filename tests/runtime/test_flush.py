@@ -8,8 +8,9 @@ the next round's syncs at a known point.
 from __future__ import annotations
 
 import errno
-import random
 import threading
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -17,12 +18,11 @@ import trio
 
 from broker.runtime import flush
 from broker.runtime.flush import Flusher, syncfs_available
-from broker.runtime.group import GroupHost, GroupKind, PartitionIds, Replied
+from broker.runtime.group import GroupHost, Replied
 from broker.runtime.store import GroupStore
-from consensus import Message, ReplicaConfig
 from journal import JournalBroken
 from tests.journal.helpers import append_many
-from tests.runtime.test_group import _submit_many
+from tests.runtime.test_group import _host, _submit_many
 
 pytestmark = pytest.mark.skipif(not syncfs_available(), reason="needs syncfs on Linux 5.8+")
 
@@ -57,6 +57,26 @@ async def _hold_a_round(flusher: Flusher, gated: _GatedStore, nursery: trio.Nurs
         await trio.to_thread.run_sync(gated.entered.wait, TIMEOUT_S)
 
 
+def _queue_behind_a_held_round(
+    flusher: Flusher, gated: _GatedStore, jobs: Sequence[Callable[[], Awaitable[None]]]
+) -> None:
+    """Runs the flusher, holds a round of ``gated`` alone, starts ``jobs`` (syncs) behind
+    it and then releases it: their syncs are all queued for the same next round."""
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(flusher.run)
+            await _hold_a_round(flusher, gated, nursery)
+            async with trio.open_nursery() as syncs:
+                for job in jobs:
+                    syncs.start_soon(job)
+                await trio.sleep(0.01)  # every job is queued behind the held round
+                gated.release.set()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
 def test_syncs_asked_during_a_round_share_the_next_flush(tmp_path: Path) -> None:
     gated = _GatedStore(tmp_path / "gated")
     gated.recovered()
@@ -69,19 +89,7 @@ def test_syncs_asked_during_a_round_share_the_next_flush(tmp_path: Path) -> None
         results[index] = await flusher.sync(stores[index])
 
     flusher = Flusher(tmp_path, scope="filesystem")
-
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(flusher.run)
-            await _hold_a_round(flusher, gated, nursery)
-            async with trio.open_nursery() as syncs:
-                for index in range(3):
-                    syncs.start_soon(sync, index)
-                await trio.sleep(0.01)  # all three are queued behind the held round
-                gated.release.set()
-            nursery.cancel_scope.cancel()
-
-    trio.run(main)
+    _queue_behind_a_held_round(flusher, gated, [partial(sync, index) for index in range(3)])
     assert results == {0: 4, 1: 4, 2: 4}
     assert [store.journal.op_durable for store in stores] == [4, 4, 4]
     # One syncfs for the three; the held round of one group synced its own files.
@@ -111,19 +119,7 @@ def test_a_failed_flush_fails_every_sync_of_its_round_and_breaks_their_journals(
             errors.append(error)
 
     flusher = Flusher(tmp_path, scope="filesystem")
-
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(flusher.run)
-            await _hold_a_round(flusher, gated, nursery)
-            async with trio.open_nursery() as syncs:
-                for store in stores:
-                    syncs.start_soon(sync, store)
-                await trio.sleep(0.01)
-                gated.release.set()
-            nursery.cancel_scope.cancel()
-
-    trio.run(main)
+    _queue_behind_a_held_round(flusher, gated, [partial(sync, store) for store in stores])
     assert [error.errno for error in errors] == [errno.EIO, errno.EIO]
     assert flusher.counters.rounds == 0
     for store in stores:
@@ -162,33 +158,16 @@ def test_a_sync_queued_when_the_flusher_stops_syncs_on_its_own(tmp_path: Path) -
         each.close()
 
 
-def _host(data_dir: Path, group_id: int, flusher: Flusher) -> GroupHost:
-    def send(group: int, replica: int, message: Message) -> None:
-        raise AssertionError("a group of one sends nothing")
-
-    return GroupHost(
-        group_id=group_id,
-        kind=GroupKind.PARTITION,
-        path=data_dir / f"partition-{group_id}",
-        replica_index=0,
-        replica_count=1,
-        persisted=True,
-        no_sync=False,
-        segment_size_bytes=1 << 20,
-        replica_config=ReplicaConfig(),
-        send=send,
-        on_applied=lambda host: None,
-        prng=random.Random(group_id),
-        partition=PartitionIds(group_id, 0, 0, group_id),
-        flusher=flusher,
-    )
-
-
 def test_persisted_groups_busy_at_once_ack_everything_with_shared_flushes(
     tmp_path: Path,
 ) -> None:
     flusher = Flusher(tmp_path, scope="filesystem")
-    hosts = [_host(tmp_path, group_id, flusher) for group_id in range(1, 5)]
+    hosts = [
+        _host(
+            tmp_path / f"partition-{group_id}", persisted=True, group_id=group_id, flusher=flusher
+        )
+        for group_id in range(1, 5)
+    ]
     outcomes: dict[int, list[object]] = {}
 
     async def load(host: GroupHost) -> None:
@@ -243,18 +222,7 @@ def test_a_group_on_another_file_system_syncs_its_own_files(
     async def sync(index: int) -> None:
         results[index] = await flusher.sync(stores[index])
 
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(flusher.run)
-            await _hold_a_round(flusher, gated, nursery)
-            async with trio.open_nursery() as syncs:
-                for index in range(3):
-                    syncs.start_soon(sync, index)
-                await trio.sleep(0.01)
-                gated.release.set()
-            nursery.cancel_scope.cancel()
-
-    trio.run(main)
+    _queue_behind_a_held_round(flusher, gated, [partial(sync, index) for index in range(3)])
     assert results == {0: 2, 1: 2, 2: 2}
     # One syncfs for the two on the data directory's file system; group-2 synced alone.
     assert (flusher.counters.rounds, flusher.counters.groups_flushed) == (1, 2)

@@ -8,6 +8,7 @@ from pathlib import Path
 import trio
 import trio.testing
 
+from broker.runtime.flush import Flusher
 from broker.runtime.group import (
     GroupHost,
     GroupKind,
@@ -22,12 +23,14 @@ from sdk import wire
 from sdk.wire.codes import Operation
 
 
-def _host(path: Path, *, persisted: bool) -> GroupHost:
+def _host(
+    path: Path, *, persisted: bool, group_id: int = 1, flusher: Flusher | None = None
+) -> GroupHost:
     def send(group: int, replica: int, message: Message) -> None:
         raise AssertionError("a group of one sends nothing")
 
     return GroupHost(
-        group_id=1,
+        group_id=group_id,
         kind=GroupKind.PARTITION,
         path=path,
         replica_index=0,
@@ -38,8 +41,9 @@ def _host(path: Path, *, persisted: bool) -> GroupHost:
         replica_config=ReplicaConfig(),
         send=send,
         on_applied=lambda host: None,
-        prng=random.Random(1),
-        partition=PartitionIds(0, 0, 0, 1),
+        prng=random.Random(group_id),
+        partition=PartitionIds(group_id - 1, 0, 0, group_id),
+        flusher=flusher,
     )
 
 
