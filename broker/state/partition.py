@@ -34,10 +34,13 @@ Theory of operation:
 - **Primary**: ``prepare(op, request, timestamp_us)`` validates the request (a batch is
   verified in full: frame checksums, batch checksum, layout), stamps it from the head after
   ``op - 1`` and returns the prepare body. Consensus journals and replicates it.
-- **Every replica**: ``check_prepared(op, operation, body)`` tells a backup whether a
-  prepare continues its log (it refuses a stamp that would break dense offsets);
-  ``apply(op, operation, body)`` commits it, in op order, and returns the typed result the
-  reply is built from.
+- **Every replica**: ``apply(op, operation, body)`` commits a prepare, in op order, and
+  returns the typed result the reply is built from. ``check_prepared(op, operation,
+  body)`` tells whether a prepare's stamp continues the log (it refuses a stamp that
+  would break dense offsets). Consensus does not call it yet: a backup journals exactly
+  the primary's prepare because the hash chain (each prepare names its parent's
+  checksum) says so, and a stamp check on backups would only catch a primary's bug.
+  Calling it from consensus on backups is not done.
 - **The log head** after op ``n`` is the committed frontier when ``n`` is the commit point,
   and otherwise :func:`frontier_after` of op ``n``'s body read back from the log. Nothing
   about uncommitted ops is cached here, so a view change that truncates and replaces the
