@@ -108,6 +108,11 @@ def quorum_nack(replica_count: int) -> int:
     return replica_count - quorum_replication(replica_count) + 1
 
 
+TICKS_IDLE: Final = 1 << 31
+"""What ``Replica.ticks_until_due`` answers when no timeout has anything to do: more ticks
+than any host passes in one step."""
+
+
 class Timeout:
     """A countdown in ticks; ``tick`` returns True on the tick it fires, then it rearms."""
 

@@ -29,9 +29,9 @@ class Ticked:
 
     ``count`` ticks at once are the same as ``count`` single ticks in a row with nothing
     between them, and the host may pass more than one only while none but the last can
-    fire a timeout: ``count <= Replica.ticks_until_timeout()``. So a host need not step
-    an idle replica on every tick, only when its next timeout is due or another event
-    arrives (ticks owed are stepped first).
+    fire a timeout that has something to do: ``count <= Replica.ticks_until_due()``. So a
+    host need not step an idle replica on every tick, only when a timeout is due or
+    another event arrives (ticks owed are stepped first).
     """
 
     count: int = 1

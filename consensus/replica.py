@@ -79,6 +79,7 @@ from typing import Final
 from consensus.client_table import ClientTable, SessionLive, Verdict
 from consensus.config import (
     REPLICAS_MAX,
+    TICKS_IDLE,
     ReplicaConfig,
     Timeout,
     quorum_nack,
@@ -451,23 +452,75 @@ class Replica:
             self._timeout_state_transfer,
         )
 
-    def ticks_until_timeout(self) -> int:
-        """Ticks until the next timeout fires (on the last of them): at least 1.
+    def ticks_until_due(self) -> int:
+        """Ticks until the next timeout fires that has something to do: at least 1.
 
-        Ticks before that one change nothing but the countdowns, which is what lets a host
-        pass them together in one ``Ticked(count)``.
+        Every timeout runs all the time, but most fire with nothing to do (a lone replica
+        has nobody to heartbeat, a replica in normal status no view change to push). The
+        ticks before the due one only count down and fire such idle timeouts, which
+        change nothing but their countdowns, so a host may pass them together in one
+        ``Ticked(count)``. ``TICKS_IDLE`` when no timeout has anything to do.
         """
-        return min(timeout.ticks_left for timeout in self._timeouts())
+        due = TICKS_IDLE
+        for timeout, acts in self._timeouts_acting():
+            if acts and timeout.ticks_left < due:
+                due = timeout.ticks_left
+        return due
+
+    def _timeouts_acting(self) -> tuple[tuple[Timeout, bool], ...]:
+        """Each timeout, with whether its handler would act if it fired now.
+
+        "Would not act" must be exact for a handler to be fired inside a batch of ticks:
+        each predicate below is its handler's first test(s), negated.
+        """
+        status = self.status
+        normal_primary = status is Status.NORMAL and self.is_primary
+        alone = self.replica_count == 1
+        view_change = status is Status.VIEW_CHANGE
+        return (
+            (self._timeout_prepare, normal_primary and not alone and self.commit_max < self.op),
+            (self._timeout_commit, normal_primary and not alone),
+            (self._timeout_normal, status is Status.NORMAL and not self.is_primary),
+            (self._timeout_view_change, view_change),
+            (self._timeout_view_change_resend, view_change),
+            (self._timeout_repair, self._repair_would_act()),
+            (self._timeout_recovering, status is Status.RECOVERING),
+            (self._timeout_state_transfer, self._state_transfer is not None),
+        )
+
+    def _repair_would_act(self) -> bool:
+        """Whether ``_request_repair`` would do anything now (sends or state changes)."""
+        if self.status is Status.RECOVERING or self.replica_count == 1:
+            return False
+        if self._faulty_committed and self.status is Status.NORMAL:
+            return True  # _request_committed_repair asks a peer
+        if self._state_transfer is not None:
+            return False
+        if (
+            self.config.state_transfer
+            and self.commit_max - self.commit_min > self.config.repair_ops_max
+        ):
+            return True
+        return self._repair_attempts != 0 or self._missing_op_min() is not None
 
     def _on_ticks(self, count: int) -> None:
-        assert 1 <= count <= self.ticks_until_timeout(), (count, self.ticks_until_timeout())
-        if count > 1:
-            # The first count - 1 ticks fire nothing: they only count down, and the step's
-            # _advance after them would have found nothing to do (it runs to a fixpoint
-            # after every event). The simulator checks the equivalence seed by seed.
-            for timeout in self._timeouts():
-                timeout.skip(count - 1)
-        self._on_tick()
+        due = self.ticks_until_due()
+        assert 1 <= count <= due, (count, due)
+        timeouts = self._timeouts()
+        while True:
+            # Jump to the next tick on which any timeout fires; before the due tick, only
+            # timeouts with nothing to do fire there, and they only rearm.
+            gap = min(timeout.ticks_left for timeout in timeouts)
+            if gap > count:
+                for timeout in timeouts:
+                    timeout.skip(count)
+                return
+            for timeout in timeouts:
+                timeout.skip(gap - 1)
+            self._on_tick()
+            count -= gap
+            if count == 0:
+                return
 
     def _on_tick(self) -> None:
         # Every timeout runs all the time; each handler acts only when it applies.

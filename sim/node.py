@@ -145,7 +145,7 @@ class GroupHost:
     #: (tick due, event) in completion order; writes and syncs complete in append order.
     io: list[tuple[int, Event]] = field(default_factory=list)
     io_tick_last: int = 0
-    #: Ticks passed but not yet stepped (``Options.lazy_ticks``): all of them silent.
+    #: Ticks passed but not yet stepped (``Options.lazy_ticks``): none of them due.
     ticks_owed: int = 0
 
 
@@ -276,16 +276,17 @@ class Node:
             for host in self.groups:
                 self.step(tick, host, Ticked())
             return
-        # As the runtime does: step a replica only on the tick its next timeout fires;
-        # the ticks before it are owed and paid in one Ticked(count), first thing.
+        # As the runtime does: step a replica only on the tick a timeout with something
+        # to do fires; the ticks before it are owed and paid in one Ticked(count), first
+        # thing. (No cap on what is owed here: a lone replica may owe a whole run.)
         for host in self.groups:
             host.ticks_owed += 1
-            if host.ticks_owed >= host.replica.ticks_until_timeout():
+            if host.ticks_owed >= host.replica.ticks_until_due():
                 self._pay_ticks(tick, host)
 
     def _pay_ticks(self, tick: int, host: GroupHost) -> None:
         while host.ticks_owed:
-            count = min(host.ticks_owed, host.replica.ticks_until_timeout())
+            count = min(host.ticks_owed, host.replica.ticks_until_due())
             host.ticks_owed -= count
             self._step(tick, host, Ticked(count))
 

@@ -112,8 +112,9 @@ class Options:
     disk: DiskOptions
     workload: WorkloadOptions
     replica: ReplicaConfig
-    #: Step a replica on a tick only when a timeout is due (or before another event),
-    #: passing the silent ticks before it in one ``Ticked(count)``, as the runtime does.
+    #: Step a replica on a tick only when a timeout with something to do is due (or
+    #: before another event), passing the ticks before it in one ``Ticked(count)``, as
+    #: the runtime does.
     #: Not drawn from the seed and left out of the trace: a run must be the same, packet
     #: for packet, either way (``tests/sim/test_lazy_ticks.py``).
     lazy_ticks: bool = dataclasses.field(default=False, repr=False, compare=False)

@@ -1,11 +1,13 @@
 """Lazy ticks change nothing: a run is the same, packet for packet, with or without them.
 
-The runtime steps an idle replica only on the tick its next timeout fires and passes the
-silent ticks before it in one ``Ticked(count)`` (``broker/runtime/group.py``). That is
-sound only if ``count`` silent ticks in one step are exactly ``count`` steps of one tick:
-nothing but countdowns moves. The trace hash covers every packet delivered, every fault
-and every verdict, so equal hashes for a seed in both modes show it for that run; the
-seeds below mix cluster sizes, crashes, power loss, partitions and view changes.
+The runtime steps an idle replica only on the tick a timeout with something to do fires
+(``Replica.ticks_until_due``) and passes the ticks before it in one ``Ticked(count)``
+(``broker/runtime/group.py``). That is sound only if those ticks in one step are exactly
+``count`` steps of one tick: nothing but countdowns and idle timeouts' rearms moves, and
+"idle" is judged exactly for every timeout. The trace hash covers every packet
+delivered, every fault and every verdict, so equal hashes for a seed in both modes show
+it for that run; the seeds below mix cluster sizes, crashes, power loss, partitions and
+view changes.
 """
 
 from __future__ import annotations
