@@ -26,10 +26,11 @@ Invariants:
 
 Theory of operation: the loop drains pending ticks, then queued events, then admits
 queued client requests while the replica is a ready primary with room in its pipeline.
-Ticks are owed rather than stepped one by one: the group wakes for ticks only when its
-replica's next timeout is due (``Replica.ticks_until_timeout``), and pays every tick owed
-first, in ``Ticked(count)`` steps, whenever it wakes. An idle group is thus stepped once
-per shortest timeout, not on every tick (``docs/operations.md``, idle cost).
+Ticks are owed rather than stepped one by one: the group wakes for ticks only when a
+timeout of its replica with something to do is due (``Replica.ticks_until_due``), or
+once a second's worth is owed, and pays every tick owed first, in ``Ticked(count)``
+steps, whenever it wakes. An idle group is thus stepped about once a second, a
+heartbeating primary once per heartbeat (``docs/operations.md``, idle cost).
 After each step's actions it reports ``PrepareWritten`` for the last append (the write
 went to the page cache synchronously). ``SyncJournal`` wakes the syncer, which runs
 ``journal.sync`` in a worker thread while the loop keeps appending and answering; its
@@ -90,7 +91,8 @@ _T = TypeVar("_T")
 INBOX_EVENTS_MAX: Final = 4096
 """Peer messages queued for one group; more are dropped (the sender retransmits)."""
 TICKS_PENDING_MAX: Final = 100
-"""Ticks one group catches up at most after a stall (one second at 10 ms)."""
+"""Ticks one group owes at most (one second at 10 ms): it wakes to pay them by then, and
+catches up no more than that after a stall."""
 EVENTS_PER_PASS_MAX: Final = 256
 """Events stepped before the loop yields to other tasks."""
 
@@ -229,7 +231,8 @@ class GroupHost:
         self._synced: PrepareSynced | None = None
         self._ticks_pending = 0
         self._ticks_due = 1
-        """Pending ticks at which the replica's next timeout fires (1 until it exists)."""
+        """Owed ticks at which a timeout of the replica with something to do fires (1 until
+        the replica exists)."""
         self._requests: deque[Submission] = deque()
         self._waiters: dict[int, Submission] = {}
         self._in_flight: dict[int, int] = {}  # client id -> request prepared, not replied
@@ -249,10 +252,12 @@ class GroupHost:
     # -- posting (any task) -----------------------------------------------------------------
 
     def tick(self) -> None:
-        """One tick passed. The group wakes for it only when its replica's next timeout
-        is due; until then the tick is owed, and paid first whenever the group steps."""
+        """One tick passed. The group wakes for it only when a timeout of its replica
+        with something to do is due, or once ``TICKS_PENDING_MAX`` ticks are owed (so
+        none is dropped); until then the tick is owed, and paid first whenever the group
+        steps."""
         self._ticks_pending = min(self._ticks_pending + 1, TICKS_PENDING_MAX)
-        if self._ticks_pending >= self._ticks_due:
+        if self._ticks_pending >= min(self._ticks_due, TICKS_PENDING_MAX):
             self._wake.set()
 
     def receive(self, message: Message) -> None:
@@ -376,6 +381,7 @@ class GroupHost:
                 config=self._replica_config,
             )
             self._commit_seen = self.replica.commit_min
+            self._ticks_due = self.replica.ticks_until_due()
             self.opened.set()
             self._applied.set()
             self._applied = trio.Event()
@@ -417,7 +423,7 @@ class GroupHost:
 
     def _has_work(self) -> bool:
         return bool(
-            self._ticks_pending >= self._ticks_due
+            self._ticks_pending >= min(self._ticks_due, TICKS_PENDING_MAX)
             or self._inbox
             or self._synced is not None
             or (self._requests and self._admissible())
@@ -443,7 +449,7 @@ class GroupHost:
         assert replica is not None
         ticks, self._ticks_pending = self._ticks_pending, 0
         while ticks:
-            count = min(ticks, replica.ticks_until_timeout())
+            count = min(ticks, replica.ticks_until_due())
             ticks -= count
             await self._step(Ticked(count))
 
@@ -500,7 +506,7 @@ class GroupHost:
     def _after_step(self) -> None:
         replica = self.replica
         assert replica is not None
-        self._ticks_due = replica.ticks_until_timeout()
+        self._ticks_due = replica.ticks_until_due()
         if replica.commit_min != self._commit_seen:
             self.counters.commits += max(0, replica.commit_min - self._commit_seen)
             self.counters.commit_rounds += 1
