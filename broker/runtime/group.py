@@ -232,7 +232,8 @@ class GroupHost:
         self._ticks_pending = 0
         self._ticks_due = 1
         """Owed ticks at which a timeout of the replica with something to do fires (1 until
-        the replica exists)."""
+        the replica exists); recomputed on the next tick once a step made it stale."""
+        self._ticks_due_stale = True
         self._requests: deque[Submission] = deque()
         self._waiters: dict[int, Submission] = {}
         self._in_flight: dict[int, int] = {}  # client id -> request prepared, not replied
@@ -257,6 +258,12 @@ class GroupHost:
         none is dropped); until then the tick is owed, and paid first whenever the group
         steps."""
         self._ticks_pending = min(self._ticks_pending + 1, TICKS_PENDING_MAX)
+        replica = self.replica
+        if self._ticks_due_stale and replica is not None:
+            # Asked here, at most once a tick, rather than after every step: a busy group
+            # steps thousands of times a second.
+            self._ticks_due = replica.ticks_until_due()
+            self._ticks_due_stale = False
         if self._ticks_pending >= min(self._ticks_due, TICKS_PENDING_MAX):
             self._wake.set()
 
@@ -381,7 +388,6 @@ class GroupHost:
                 config=self._replica_config,
             )
             self._commit_seen = self.replica.commit_min
-            self._ticks_due = self.replica.ticks_until_due()
             self.opened.set()
             self._applied.set()
             self._applied = trio.Event()
@@ -506,7 +512,7 @@ class GroupHost:
     def _after_step(self) -> None:
         replica = self.replica
         assert replica is not None
-        self._ticks_due = replica.ticks_until_due()
+        self._ticks_due_stale = True
         if replica.commit_min != self._commit_seen:
             self.counters.commits += max(0, replica.commit_min - self._commit_seen)
             self.counters.commit_rounds += 1
