@@ -13,8 +13,9 @@ Invariants:
 2. Actions run in order. ``WriteSuperblock`` and ``WriteCheckpoint`` are awaited (in a
    worker thread) before the next action, so they are durable before anything later in
    the same list happens (the replica reveals a view only after persisting it).
-3. At most one journal sync is in flight (the syncer task, in a worker thread). It covers
-   every append made before it started: one fsync per batch of prepares (group commit).
+3. At most one journal sync is in flight (the syncer task, in a worker thread, or in the
+   node's flusher with other groups' syncs). It covers every append made before it
+   started: one fsync per batch of prepares (group commit).
    Truncations and checkpoints wait for it, as the journal's contract requires, and raise
    ``journal_busy`` so readers in other tasks stay off the journal meanwhile.
 4. Every queue has a bound: peer messages (``INBOX_EVENTS_MAX``, the excess is dropped:
@@ -449,8 +450,8 @@ class GroupHost:
     # -- stepping ---------------------------------------------------------------------------
 
     async def _pay_ticks(self) -> None:
-        """Step the ticks owed, the silent ones together: ``Ticked(count)`` may carry
-        ticks up to the one on which the next timeout fires, not past it."""
+        """Step the ticks owed, many at once: ``Ticked(count)`` may carry ticks up to the
+        one on which a timeout with something to do fires, not past it."""
         replica = self.replica
         assert replica is not None
         ticks, self._ticks_pending = self._ticks_pending, 0
