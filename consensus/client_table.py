@@ -17,13 +17,22 @@ Invariants:
    computed for another request.
 4. Request numbers belong to the client id, not to one of its sessions. A client numbers
    its requests upwards across all its sessions (a retry re-uses the number), and a
-   request at or below the highest number the client committed (``request_max``) is
-   never judged new while the client's entry is held: a request retried after the client
+   request below the highest number the client committed (``request_max``) is never
+   judged new while the client's entry is held: a request retried after the client
    registered again is still answered from the table.
 5. An entry caches two replies: that of the client's latest committed request
    (``request_number``, ``request_op``) and, in the metadata group, that of the register
    which opened its current session (``register_request``; its op is ``session``). A
    duplicate is answered with the one it repeats (``cached_reply``), never the other.
+6. A duplicate is the same request, not only the same number: its identity is the request
+   number, the operation and the request's digest (``request_checksum``, defined by the
+   host). A request with the number of a cached reply but another operation or digest is
+   never answered with that reply. In the metadata group it is refused
+   (``REQUEST_MISMATCH``); in a partition group it is new (at-least-once, as Iggy's
+   partition plane, which does not deduplicate: some clients send every partition request
+   with the same number). An entry keeps the latest ``SAME_NUMBER_REQUESTS_MAX`` requests
+   committed under the client's latest number, so a retry of any of them is still a
+   duplicate answered with its own reply.
 
 Sessions: a session is the commit op of the client's register in the metadata group, so
 sessions only grow. The metadata group (``registers_sessions``) creates entries by
@@ -37,9 +46,10 @@ The verdicts (the primary judges against committed state, after the pipeline abs
 requests already in flight):
 
 * A register (metadata group only; the Iggy wire sends request 0 on every Register).
-  From an unknown client: NEW. With the request number of the register that opened the
-  client's current session: a retry of it, or a second login of a client id that holds
-  that session. While the session lives (``session_live``) it is DUPLICATE and gets the
+  From an unknown client: NEW. With the request number and the digest of the register
+  that opened the client's current session: a retry of it, or a second login of a client
+  id that holds that session (the host's digest of a register names the user, never a
+  password). While the session lives (``session_live``) it is DUPLICATE and gets the
   original session back; once it has ended (logout, closed connection, eviction, its user
   removed), or if the register opened none, it is NEW: a register that left no live
   session has no effect to protect, so running it again applies nothing twice, and the
@@ -50,8 +60,10 @@ requests already in flight):
   NEW in a partition group. From a session below the entry's: SESSION_EVICTED. From one
   above it: NO_SESSION in the metadata group, which assigns sessions itself; in a partition
   group the client registered again, and the request is judged by its number like any
-  other. By number: above ``request_max`` NEW, equal to the latest committed request
-  DUPLICATE, otherwise STALE (dropped: a lock-step client never retries an older one).
+  other. By number: above ``request_max`` NEW; equal to the latest committed request
+  DUPLICATE if it is the same request (invariant 6), else REQUEST_MISMATCH in the metadata
+  group and NEW in a partition group; otherwise STALE (dropped: a lock-step client never
+  retries an older one).
 
 Bound: deduplication across sessions holds while the client's entry is held. An evicted
 entry forgets the client's numbers: its old sessions are refused, but a request re-sent
@@ -64,7 +76,7 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from consensus.messages import MessageError, Prepare
@@ -75,15 +87,34 @@ _ENTRY: Final = struct.Struct(
     "Q"  # session
     "Q"  # request_number: the latest committed request other than a register
     "Q"  # request_op: its op (0: none yet)
+    "I"  # request_operation: its operation
+    "16s"  # request_checksum: its identity digest
     "Q"  # register_request: request number of the register that opened the session
+    "16s"  # register_checksum: that register's identity digest
     "B"  # flags: _REGISTERED when the register's reply is cached
     "I"  # size of the request's reply
     "I"  # size of the register's reply
+    "B"  # count of earlier requests under the same number (``_EARLIER``, after the replies)
 )
-_MAGIC: Final = b"VCT2"
+_EARLIER: Final = struct.Struct(
+    "<Q"  # op
+    "I"  # operation
+    "16s"  # request_checksum
+    "I"  # size of its reply, whose bytes follow
+)
+#: The encoding's version: VCT3 added the request identities (operation, digests). An
+#: older table is refused rather than guessed at: its replies could not be told apart.
+_MAGIC: Final = b"VCT3"
 _REGISTERED: Final = 0x01
+_CHECKSUM_ZERO: Final = bytes(16)
 assert _TABLE_HEADER.size == 16
-assert _ENTRY.size == 57
+assert _ENTRY.size == 94
+assert _EARLIER.size == 32
+
+SAME_NUMBER_REQUESTS_MAX: Final = 8
+"""Committed requests of one client under one request number that an entry keeps (a
+partition group's client that numbers every request alike retries any of its latest
+few, and each is answered with its own reply); an older one is new again."""
 
 #: Whether the application still holds ``session`` for ``client_id``; see ``ClientTable``.
 SessionLive = Callable[[int, int], bool]
@@ -97,6 +128,17 @@ class Verdict(enum.Enum):
     STALE = "stale"  # an older request: drop silently
     NO_SESSION = "no_session"  # error reply: register first
     SESSION_EVICTED = "session_evicted"  # error reply: register again
+    REQUEST_MISMATCH = "request_mismatch"  # error reply: the number holds another request
+
+
+@dataclass(frozen=True, slots=True)
+class EarlierRequest:
+    """A committed request under the number of the client's latest one, before it."""
+
+    op: int
+    operation: int
+    request_checksum: bytes
+    reply: bytes
 
 
 @dataclass(slots=True)
@@ -113,10 +155,30 @@ class ClientEntry:
     request_number: int = 0
     request_op: int = 0
     request_reply: bytes = b""
-    #: The register that opened ``session`` (metadata group): its request number and
-    #: reply; its op is ``session``. ``register_reply`` is None when none is cached.
+    #: The identity of that request besides its number (invariant 6).
+    request_operation: int = 0
+    request_checksum: bytes = _CHECKSUM_ZERO
+    #: The register that opened ``session`` (metadata group): its request number, digest
+    #: and reply; its op is ``session``. ``register_reply`` is None when none is cached.
     register_request: int = 0
     register_reply: bytes | None = None
+    register_checksum: bytes = _CHECKSUM_ZERO
+    #: Earlier committed requests under ``request_number`` (a partition group only),
+    #: oldest first; with the latest, at most ``SAME_NUMBER_REQUESTS_MAX``.
+    earlier: list[EarlierRequest] = field(default_factory=list)
+
+    def same_request(self, operation: int, request_checksum: bytes) -> CachedReply | None:
+        """The committed request under ``request_number`` with this identity, if any."""
+        if self.request_op == 0:
+            return None
+        if operation == self.request_operation and request_checksum == self.request_checksum:
+            return CachedReply(
+                self.session, self.request_number, self.request_op, self.request_reply
+            )
+        for slot in reversed(self.earlier):
+            if operation == slot.operation and request_checksum == slot.request_checksum:
+                return CachedReply(self.session, self.request_number, slot.op, slot.reply)
+        return None
 
     @property
     def registered_last(self) -> bool:
@@ -200,12 +262,26 @@ class ClientTable:
     def get(self, client_id: int) -> ClientEntry | None:
         return self.entries.get(client_id)
 
-    def judge(self, client_id: int, session: int, request: int, *, register: bool) -> Verdict:
-        """Classify a request against committed state (in-flight ones are checked first)."""
+    def judge(
+        self,
+        client_id: int,
+        session: int,
+        request: int,
+        *,
+        register: bool,
+        operation: int,
+        request_checksum: bytes,
+    ) -> Verdict:
+        """Classify a request against committed state (in-flight ones are checked first).
+
+        ``operation`` and ``request_checksum`` are the request's identity besides its
+        number (invariant 6).
+        """
+        assert len(request_checksum) == len(_CHECKSUM_ZERO)
         entry = self.entries.get(client_id)
         if register:
             assert self.registers_sessions
-            return self._judge_register(entry, client_id, request)
+            return self._judge_register(entry, client_id, request, request_checksum)
         if entry is None:
             if session != 0 and session <= self.session_evicted_max:
                 return Verdict.SESSION_EVICTED
@@ -222,31 +298,48 @@ class ClientTable:
         if request > entry.request_max:
             return Verdict.NEW
         if request == entry.request_number and entry.request_op != 0:
-            return Verdict.DUPLICATE
+            if entry.same_request(operation, request_checksum) is not None:
+                return Verdict.DUPLICATE
+            # Another request under the number of the cached one (invariant 6).
+            return Verdict.REQUEST_MISMATCH if self.registers_sessions else Verdict.NEW
         return Verdict.STALE
 
-    def _judge_register(self, entry: ClientEntry | None, client_id: int, request: int) -> Verdict:
+    def _judge_register(
+        self, entry: ClientEntry | None, client_id: int, request: int, request_checksum: bytes
+    ) -> Verdict:
         if entry is None:
             return Verdict.NEW
-        if entry.register_reply is not None and request == entry.register_request:
+        if (
+            entry.register_reply is not None
+            and request == entry.register_request
+            and request_checksum == entry.register_checksum
+        ):
             live = self.session_live is None or self.session_live(client_id, entry.session)
             return Verdict.DUPLICATE if live else Verdict.NEW
         if request == 0 or request > entry.request_max:
             return Verdict.NEW
         return Verdict.STALE
 
-    def cached_reply(self, client_id: int, *, register: bool) -> CachedReply:
-        """The reply a request judged DUPLICATE repeats (its register's, for a register)."""
+    def cached_reply(
+        self,
+        client_id: int,
+        *,
+        register: bool,
+        operation: int = 0,
+        request_checksum: bytes = _CHECKSUM_ZERO,
+    ) -> CachedReply:
+        """The reply a request judged DUPLICATE repeats: its register's, for a register,
+        else that of the committed request with its identity (``operation``,
+        ``request_checksum``)."""
         entry = self.entries[client_id]
         if register:
             assert entry.register_reply is not None
             return CachedReply(
                 entry.session, entry.register_request, entry.session, entry.register_reply
             )
-        assert entry.request_op != 0
-        return CachedReply(
-            entry.session, entry.request_number, entry.request_op, entry.request_reply
-        )
+        cached = entry.same_request(operation, request_checksum)
+        assert cached is not None
+        return cached
 
     def commit(self, prepare: Prepare, reply: bytes, *, register: bool) -> ClientEntry | None:
         """Record a committed request and its reply; return the evicted entry, if any."""
@@ -270,11 +363,29 @@ class ClientTable:
             entry.session = header.op
             entry.register_request = header.request
             entry.register_reply = reply
+            entry.register_checksum = header.request_checksum
         else:
             entry.session = max(entry.session, header.session)
+            same_number = entry.request_op != 0 and entry.request_number == header.request
+            if same_number and not self.registers_sessions:
+                # Another request under the same number (a partition group, invariant 6).
+                entry.earlier.append(
+                    EarlierRequest(
+                        entry.request_op,
+                        entry.request_operation,
+                        entry.request_checksum,
+                        entry.request_reply,
+                    )
+                )
+                if len(entry.earlier) >= SAME_NUMBER_REQUESTS_MAX:
+                    del entry.earlier[0]
+            else:
+                entry.earlier.clear()
             entry.request_number = header.request
             entry.request_op = header.op
             entry.request_reply = reply
+            entry.request_operation = header.operation
+            entry.request_checksum = header.request_checksum
         assert entry.op == header.op
         assert len(self.entries) <= self.clients_max
         return evicted
@@ -291,14 +402,23 @@ class ClientTable:
                     e.session,
                     e.request_number,
                     e.request_op,
+                    e.request_operation,
+                    e.request_checksum,
                     e.register_request,
+                    e.register_checksum,
                     _REGISTERED if e.register_reply is not None else 0,
                     len(e.request_reply),
                     len(register_reply),
+                    len(e.earlier),
                 )
             )
             parts.append(e.request_reply)
             parts.append(register_reply)
+            for slot in e.earlier:
+                parts.append(
+                    _EARLIER.pack(slot.op, slot.operation, slot.request_checksum, len(slot.reply))
+                )
+                parts.append(slot.reply)
         return b"".join(parts)
 
     def restore(self, data: bytes) -> None:
@@ -306,8 +426,10 @@ class ClientTable:
         if len(data) < _TABLE_HEADER.size:
             raise MessageError("truncated client table")
         magic, count, evicted_max = _TABLE_HEADER.unpack_from(data, 0)
-        if magic != _MAGIC or count > self.clients_max:
-            raise MessageError("client table magic or count is wrong")
+        if magic != _MAGIC:
+            raise MessageError(f"client table encoding {magic!r} is not {_MAGIC!r}")
+        if count > self.clients_max:
+            raise MessageError("client table count is above its bound")
         entries: dict[int, ClientEntry] = {}
         offset = _TABLE_HEADER.size
         client_id_last = 0
@@ -315,8 +437,9 @@ class ClientTable:
             if len(data) - offset < _ENTRY.size:
                 raise MessageError("truncated client table entry")
             fields = _ENTRY.unpack_from(data, offset)
-            raw_id, session, request, request_op, register_request = fields[:5]
-            flags, reply_size, register_size = fields[5:]
+            raw_id, session, request, request_op, request_operation = fields[:5]
+            request_checksum, register_request, register_checksum = fields[5:8]
+            flags, reply_size, register_size, earlier_count = fields[8:]
             offset += _ENTRY.size
             if len(data) - offset < reply_size + register_size:
                 raise MessageError("truncated client table reply")
@@ -326,12 +449,15 @@ class ClientTable:
             client_id_last = client_id
             registered = flags == _REGISTERED
             if flags & ~_REGISTERED or (
-                not registered and (register_request != 0 or register_size != 0)
+                not registered
+                and (register_request != 0 or register_size != 0 or any(register_checksum))
             ):
                 raise MessageError("client table entry flags are wrong")
             if registered and not self.registers_sessions:
                 raise MessageError("a register in a partition group's client table")
-            if request_op == 0 and (request != 0 or reply_size != 0):
+            if request_op == 0 and (
+                request != 0 or reply_size != 0 or request_operation != 0 or any(request_checksum)
+            ):
                 raise MessageError("client table entry has a reply but no op")
             if request_op == 0 and not registered:
                 raise MessageError("client table entry holds nothing")
@@ -339,8 +465,39 @@ class ClientTable:
             offset += reply_size
             register_reply = data[offset : offset + register_size] if registered else None
             offset += register_size
+            if earlier_count > SAME_NUMBER_REQUESTS_MAX - 1 or (
+                earlier_count and (request_op == 0 or self.registers_sessions)
+            ):
+                raise MessageError("client table entry holds wrong earlier requests")
+            earlier: list[EarlierRequest] = []
+            op_last = 0
+            for _ in range(earlier_count):
+                if len(data) - offset < _EARLIER.size:
+                    raise MessageError("truncated client table earlier request")
+                slot_op, slot_operation, slot_checksum, slot_size = _EARLIER.unpack_from(
+                    data, offset
+                )
+                offset += _EARLIER.size
+                if len(data) - offset < slot_size:
+                    raise MessageError("truncated client table earlier reply")
+                if not op_last < slot_op < request_op:
+                    raise MessageError("client table earlier requests are out of op order")
+                op_last = slot_op
+                slot_reply = data[offset : offset + slot_size]
+                offset += slot_size
+                earlier.append(EarlierRequest(slot_op, slot_operation, slot_checksum, slot_reply))
             entries[client_id] = ClientEntry(
-                client_id, session, request, request_op, reply, register_request, register_reply
+                client_id,
+                session,
+                request,
+                request_op,
+                reply,
+                request_operation,
+                request_checksum,
+                register_request,
+                register_reply,
+                register_checksum if registered else _CHECKSUM_ZERO,
+                earlier,
             )
         if offset != len(data):
             raise MessageError("trailing bytes after the client table")

@@ -43,6 +43,11 @@ class ClientRequested:
 
     ``timestamp_us`` is the host's wall clock, as data: the primary stamps it (made
     monotonic) into the prepare so the state machine never reads a clock.
+
+    ``request_checksum`` is the request's identity digest (16 bytes), computed by the host
+    that received it from the client and carried unchanged when it is forwarded: with
+    ``operation`` it tells a retry of a request (the same digest) from another request
+    that reuses its number. The replica only compares digests; the host defines them.
     """
 
     client_id: int
@@ -51,6 +56,7 @@ class ClientRequested:
     operation: int
     body: bytes
     timestamp_us: int
+    request_checksum: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +90,10 @@ class ClientError(enum.Enum):
     #: register; the request may or may not have been applied, and the client must
     #: register again. Never answered with someone else's reply.
     SESSION_EVICTED = "session_evicted"
+    #: The metadata group committed another request (another operation or digest) under
+    #: this request number: the request is refused, nothing was applied, and the cached
+    #: reply is never sent for it.
+    REQUEST_MISMATCH = "request_mismatch"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,11 +110,17 @@ class ReplyToClient:
 
     ``status`` is non-zero when the state machine rejected the request before it entered
     the log (``RequestRejected``); then ``op`` is 0 and ``reply`` empty.
+
+    The reply names the request it belongs to by its whole identity (``request``,
+    ``operation``, ``request_checksum``), so a host never hands it to another request
+    that reuses the number.
     """
 
     client_id: int
     session: int
     request: int
+    operation: int
+    request_checksum: bytes
     op: int
     reply: bytes
     error: ClientError | None = None

@@ -90,7 +90,7 @@ FRAME_HEADER: Final = struct.Struct(
 )
 assert FRAME_HEADER.size == 40
 
-# Prepare header, little-endian, 136 bytes.
+# Prepare header, little-endian, 152 bytes.
 PREPARE_HEADER: Final = struct.Struct(
     "<"
     "16s"  # checksum: XXH3-128 of the packed header after this field
@@ -107,8 +107,9 @@ PREPARE_HEADER: Final = struct.Struct(
     "Q"  # frontier: the state machine's frontier after this op (opaque to consensus)
     "16s"  # body_checksum: XXH3-128 of the body
     "I"  # body_size: body length in bytes
+    "16s"  # request_checksum: the client request's identity digest (ClientRequested)
 )
-assert PREPARE_HEADER.size == 136
+assert PREPARE_HEADER.size == 152
 
 _PREPARE_OK: Final = struct.Struct("<Q16s")  # op, checksum of the prepare at op
 _COMMIT: Final = struct.Struct("<Q")  # commit
@@ -141,6 +142,10 @@ class PrepareHeader:
     frontier: int
     body_checksum: bytes
     body_size: int
+    #: The identity digest of the client request this op executes (``ClientRequested``):
+    #: with ``operation`` it tells a retry of the request from another request that
+    #: reuses its number. Zero for an op without a client.
+    request_checksum: bytes = bytes(CHECKSUM_SIZE)
 
     def pack(self) -> bytes:
         return PREPARE_HEADER.pack(
@@ -158,6 +163,7 @@ class PrepareHeader:
             self.frontier,
             self.body_checksum,
             self.body_size,
+            self.request_checksum,
         )
 
 
@@ -175,10 +181,12 @@ def make_prepare_header(
     timestamp_us: int,
     body: bytes,
     frontier: int = 0,
+    request_checksum: bytes = bytes(CHECKSUM_SIZE),
 ) -> PrepareHeader:
     """Build a header with both checksums computed."""
     assert 0 <= client_id <= _U128_MAX
     assert len(parent) == CHECKSUM_SIZE
+    assert len(request_checksum) == CHECKSUM_SIZE
     assert len(body) <= PREPARE_BODY_SIZE_MAX
     unsealed = PrepareHeader(
         checksum=bytes(CHECKSUM_SIZE),
@@ -195,6 +203,7 @@ def make_prepare_header(
         frontier=frontier,
         body_checksum=checksum(body),
         body_size=len(body),
+        request_checksum=request_checksum,
     )
     return dataclasses.replace(unsealed, checksum=checksum(unsealed.pack()[CHECKSUM_SIZE:]))
 
@@ -239,6 +248,7 @@ def unpack_prepare_header(data: bytes | memoryview, offset: int = 0) -> PrepareH
         frontier=fields[11],
         body_checksum=fields[12],
         body_size=fields[13],
+        request_checksum=fields[14],
     )
     if header.body_size > PREPARE_BODY_SIZE_MAX:
         raise MessageError("prepare body too large")

@@ -129,7 +129,15 @@ from consensus.messages import (
 from consensus.protocols import DurableState, Log, RequestRejected, StateMachine
 
 _SNAPSHOT_HEADER: Final = struct.Struct("<4sQIQ")  # magic, op, client table size, sm size
-_SNAPSHOT_MAGIC: Final = b"VSS1"
+_SNAPSHOT_MAGIC: Final = b"VSS2"  # VSS2: 152-byte prepare headers, VCT3 client tables
+
+
+_VERDICT_ERRORS: Final = {
+    Verdict.NO_SESSION: ClientError.NO_SESSION,
+    Verdict.SESSION_EVICTED: ClientError.SESSION_EVICTED,
+    Verdict.REQUEST_MISMATCH: ClientError.REQUEST_MISMATCH,
+}
+"""The verdicts a client is told of with an error reply (nothing was applied)."""
 
 
 class Status(enum.Enum):
@@ -630,20 +638,36 @@ class Replica:
 
     # Client requests ---------------------------------------------------------------------
 
-    def _in_pipeline(self, client_id: int) -> bool:
-        return any(
-            self._headers[op].client_id == client_id
-            for op in range(self.commit_max + 1, self.op + 1)
-        )
+    def _in_pipeline(self, client_id: int) -> PrepareHeader | None:
+        """The header of ``client_id``'s prepare in the pipeline, if it has one."""
+        for op in range(self.commit_max + 1, self.op + 1):
+            header = self._headers[op]
+            if header.client_id == client_id:
+                return header
+        return None
 
-    def would_prepare(self, client_id: int, session: int, request: int, operation: int) -> bool:
+    def would_prepare(
+        self,
+        client_id: int,
+        session: int,
+        request: int,
+        operation: int,
+        request_checksum: bytes,
+    ) -> bool:
         """Whether a request from ``client_id`` would be new work: not in the pipeline, and
         judged new by the client table (not a retry it answers or drops). Pure: it lets a
         host refuse new work it has no room for while retries still get their answers."""
-        if self._in_pipeline(client_id):
+        if self._in_pipeline(client_id) is not None:
             return False
         register = self.register_operation is not None and operation == self.register_operation
-        verdict = self.client_table.judge(client_id, session, request, register=register)
+        verdict = self.client_table.judge(
+            client_id,
+            session,
+            request,
+            register=register,
+            operation=operation,
+            request_checksum=request_checksum,
+        )
         return verdict is Verdict.NEW
 
     def on_client_requested(self, event: ClientRequested) -> None:
@@ -660,30 +684,52 @@ class Replica:
         register = (
             self.register_operation is not None and event.operation == self.register_operation
         )
-        # In-flight requests are absorbed by the pipeline: the reply follows its commit.
-        if self._in_pipeline(event.client_id):
+        # In-flight requests are absorbed by the pipeline: the reply follows its commit. A
+        # client has one request in flight per group; another request (even one under the
+        # same number) is dropped until that one commits, and is never given its reply.
+        if self._in_pipeline(event.client_id) is not None:
             return
         verdict = self.client_table.judge(
-            event.client_id, event.session, event.request, register=register
+            event.client_id,
+            event.session,
+            event.request,
+            register=register,
+            operation=event.operation,
+            request_checksum=event.request_checksum,
         )
         if verdict is Verdict.STALE:
             return
         if verdict is Verdict.DUPLICATE:
-            cached = self.client_table.cached_reply(event.client_id, register=register)
+            cached = self.client_table.cached_reply(
+                event.client_id,
+                register=register,
+                operation=event.operation,
+                request_checksum=event.request_checksum,
+            )
             self._actions.append(
                 ReplyToClient(
-                    event.client_id, cached.session, cached.request, cached.op, cached.reply
+                    event.client_id,
+                    cached.session,
+                    cached.request,
+                    event.operation,
+                    event.request_checksum,
+                    cached.op,
+                    cached.reply,
                 )
             )
             return
-        if verdict is Verdict.NO_SESSION or verdict is Verdict.SESSION_EVICTED:
-            error = (
-                ClientError.NO_SESSION
-                if verdict is Verdict.NO_SESSION
-                else ClientError.SESSION_EVICTED
-            )
+        if verdict in _VERDICT_ERRORS:
             self._actions.append(
-                ReplyToClient(event.client_id, event.session, event.request, 0, b"", error)
+                ReplyToClient(
+                    event.client_id,
+                    event.session,
+                    event.request,
+                    event.operation,
+                    event.request_checksum,
+                    0,
+                    b"",
+                    _VERDICT_ERRORS[verdict],
+                )
             )
             return
         assert verdict is Verdict.NEW
@@ -704,6 +750,8 @@ class Replica:
                     event.client_id,
                     event.session,
                     event.request,
+                    event.operation,
+                    event.request_checksum,
                     0,
                     b"",
                     status=rejection.status,
@@ -723,6 +771,7 @@ class Replica:
             timestamp_us=timestamp_us,
             body=prepared.body,
             frontier=prepared.frontier,
+            request_checksum=event.request_checksum,
         )
         prepare = Prepare(header=header, body=prepared.body)
         self.op = header.op
@@ -903,7 +952,15 @@ class Replica:
                 entry = self.client_table.get(header.client_id)
                 session = entry.session if entry is not None else header.session
                 self._actions.append(
-                    ReplyToClient(header.client_id, session, header.request, op, reply)
+                    ReplyToClient(
+                        header.client_id,
+                        session,
+                        header.request,
+                        header.operation,
+                        header.request_checksum,
+                        op,
+                        reply,
+                    )
                 )
             interval = self.config.checkpoint_interval_ops
             if interval is not None and op % interval == 0:
@@ -1493,6 +1550,11 @@ class Replica:
         if self.status is not Status.NORMAL:
             return None
         return self._view_op
+
+    @property
+    def state_transfer_peer(self) -> int | None:
+        """The replica a snapshot is being fetched from, while a state transfer runs."""
+        return None if self._state_transfer is None else self._state_transfer.peer
 
     @property
     def log_whole(self) -> bool:

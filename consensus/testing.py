@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from consensus.events import ClientRequested
 from consensus.messages import Prepare, checksum
 from consensus.protocols import Prepared, RequestRejected
 
@@ -165,4 +166,19 @@ def _pack(entry: Applied) -> bytes:
         entry.session,
         entry.request,
         entry.body_checksum,
+    )
+
+
+def client_request(
+    client_id: int,
+    session: int,
+    request: int,
+    operation: int,
+    body: bytes,
+    timestamp_us: int,
+) -> ClientRequested:
+    """A ``ClientRequested`` whose identity digest is the checksum of its body, as a host
+    that digests the bodies it receives would give it."""
+    return ClientRequested(
+        client_id, session, request, operation, body, timestamp_us, checksum(body)
     )

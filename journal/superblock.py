@@ -56,7 +56,10 @@ __all__ = [
     "SuperblockState",
 ]
 
-SUPERBLOCK_FORMAT_VERSION: Final = 1
+SUPERBLOCK_FORMAT_VERSION: Final = 2
+"""The format of the group's whole storage, not only of this block: 2 since prepare
+headers carry the request's identity digest (152 bytes). Storage written by another
+format is refused on open, never read as this one."""
 SUPERBLOCK_SIZE: Final = 160
 SUPERBLOCK_EXTRA_COUNT: Final = 12
 SUPERBLOCK_COPY_NAMES: Final = ("superblock.a", "superblock.b")
@@ -127,7 +130,8 @@ def _encode(sequence: int, state: SuperblockState) -> bytearray:
 
 
 def _decode(data: bytes | bytearray) -> tuple[int, SuperblockState] | None:
-    """``(sequence, state)`` of a valid copy, or None."""
+    """``(sequence, state)`` of a valid copy, or None; SuperblockCorrupt if an intact copy
+    was written by another format version."""
     if len(data) < SUPERBLOCK_SIZE:
         return None
     low, high = CHECKSUM.unpack_from(data, 0)
@@ -139,7 +143,12 @@ def _decode(data: bytes | bytearray) -> tuple[int, SuperblockState] | None:
     sequence, version, view_number, log_view, commit, checkpoint, *extra = SUPERBLOCK.unpack_from(
         data, 0
     )
-    if version != SUPERBLOCK_FORMAT_VERSION or sequence == 0 or log_view > view_number:
+    if version != SUPERBLOCK_FORMAT_VERSION:
+        raise SuperblockCorrupt(
+            f"storage format version {version}; this build reads version "
+            f"{SUPERBLOCK_FORMAT_VERSION} only (move the data directory aside to start anew)"
+        )
+    if sequence == 0 or log_view > view_number:
         return None
     return sequence, SuperblockState(view_number, log_view, commit, checkpoint, tuple(extra))
 
@@ -168,7 +177,8 @@ class Superblock:
             The superblock; ``sequence == 0`` and a zero state if no copy was ever written.
 
         Raises:
-            SuperblockCorrupt: A copy exists but no copy is valid.
+            SuperblockCorrupt: A copy exists but no copy is valid, or an intact copy was
+                written by another storage format version.
         """
         names = storage.names()
         copies: list[str] = [name for name in SUPERBLOCK_COPY_NAMES if name in names]

@@ -72,6 +72,11 @@ class ClientReply:
     status: int
     body: bytes
     error: str = ""
+    #: The identity digest of the request answered (``broker.core.identity``), empty when
+    #: the node answered before it computed one. A real reply goes back on the connection
+    #: of its request; the simulated network reorders and duplicates, so a reply names its
+    #: request by identity, not only by number.
+    request_checksum: bytes = b""
     #: Polls only: the oldest offset the serving replica could still return (its retained
     #: start). Observed for the checkers; a real reply carries no such field.
     first_offset: int = 0

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Final, Protocol
 
+from broker.core.identity import internal_checksum, register_checksum, request_checksum
 from broker.state.codec import encode_command
 from broker.state.errors import ErrorCode, StateError
 from broker.state.metadata import MetadataCommand
@@ -347,7 +348,13 @@ class Node:
             return  # the bootstrap's system client id: nobody waits for it
         error = action.error.value if action.error is not None else ""
         reply = ClientReply(
-            action.client_id, action.request, action.op, action.status, action.reply, error
+            action.client_id,
+            action.request,
+            action.op,
+            action.status,
+            action.reply,
+            error,
+            action.request_checksum,
         )
         self.outbox.append((endpoint, reply))
 
@@ -373,38 +380,40 @@ class Node:
         code = request.code
         if code == SYSTEM_CODE:
             operation = int.from_bytes(request.payload[:4], "little")
-            self._propose(tick, METADATA_GROUP, request, operation, request.payload[4:])
+            body = request.payload[4:]
+            checksum = internal_checksum(body)
+            self._propose(tick, METADATA_GROUP, request, checksum, operation, body)
             return
         spec = wire.COMMANDS[CommandCode(code)]
         payload = spec.decode_request(request.payload)
         if code == CommandCode.LOGIN_REGISTER:
             assert isinstance(payload, wire.LoginRegister)
-            command: MetadataCommand = authenticate(
-                state, request.client_id, payload.username, payload.password
-            )
-            operation, body = encode_command(command)
-            self._propose(tick, METADATA_GROUP, request, operation, body, session=0)
+            register = authenticate(state, request.client_id, payload.username, payload.password)
+            operation, body = encode_command(register)
+            checksum = register_checksum(register.user_id)
+            self._propose(tick, METADATA_GROUP, request, checksum, operation, body, session=0)
             return
+        checksum = request_checksum(CommandCode(code), payload, request.payload)
         if code in _METADATA_CODES:
-            command = metadata_command(CommandCode(code), payload)
+            command: MetadataCommand = metadata_command(CommandCode(code), payload)
             refusal = state.authorize(command, request.session)
             if refusal is not None:
                 raise StateError(refusal)
             operation, body = encode_command(command)
-            self._propose(tick, METADATA_GROUP, request, operation, body)
+            self._propose(tick, METADATA_GROUP, request, checksum, operation, body)
             return
         if code == CommandCode.SEND_MESSAGES:
             assert isinstance(payload, wire.SendMessages)
             route = route_send(state, payload, request.session, 0)
             group = self._partition_group(route.stream_id, route.topic_id, route.partition_id)
-            self._propose(tick, group, request, Operation.SEND_MESSAGES, request.payload)
+            self._propose(tick, group, request, checksum, Operation.SEND_MESSAGES, request.payload)
             return
         if code == CommandCode.STORE_CONSUMER_OFFSET:
             assert isinstance(payload, wire.StoreConsumerOffset)
             route = route_offset(state, payload, request.session)
             group = self._partition_group(route.stream_id, route.topic_id, route.partition_id)
             body = resolved_offset_request(payload, route)
-            self._propose(tick, group, request, Operation.STORE_CONSUMER_OFFSET, body)
+            self._propose(tick, group, request, checksum, Operation.STORE_CONSUMER_OFFSET, body)
             return
         if code == CommandCode.POLL_MESSAGES:
             assert isinstance(payload, wire.PollMessages)
@@ -422,7 +431,15 @@ class Node:
             parts, _ = partition.poll(payload, route.consumer)
             body = b"".join(bytes(part) for part in parts)
             first_offset = partition.state.first_offset
-            reply = ClientReply(request.client_id, request.request, 0, 0, body, "", first_offset)
+            reply = ClientReply(
+                request.client_id,
+                request.request,
+                0,
+                0,
+                body,
+                request_checksum=checksum,
+                first_offset=first_offset,
+            )
             self.outbox.append((source, reply))
             return
         raise StateError(ErrorCode.INVALID_COMMAND, f"the simulator does not send {code}")
@@ -440,6 +457,7 @@ class Node:
         tick: int,
         group: int,
         request: ClientRequest,
+        checksum: bytes,
         operation: int,
         body: bytes,
         *,
@@ -452,5 +470,6 @@ class Node:
             operation=int(operation),
             body=bytes(body),
             timestamp_us=tick * TICK_US,
+            request_checksum=checksum,
         )
         self.step(tick, self.groups[group], event)

@@ -85,12 +85,12 @@ yet waits for it."""
 HELD_MESSAGES_MAX: Final = 1024
 """Peer messages held at once for groups not created here yet; more are dropped."""
 IOVECS_MAX: Final = 512
-_MAGIC: Final = b"VSBUS\x00\x01\x00"
+_MAGIC: Final = b"VSBUS\x00\x02\x00"  # 2: forwards carry the request's identity digest
 
 _FRAME: Final = struct.Struct("<IB3x")  # payload size, kind
 _HELLO_DIAL: Final = struct.Struct(f"<B{NONCE_SIZE}s{MAC_SIZE}s")  # replica, nonce, mac
-# token, group, client id (u128), session, request, operation, timestamp
-_FORWARD: Final = struct.Struct("<QQ16sQQIQ")
+# token, group, client id (u128), session, request, operation, timestamp, request checksum
+_FORWARD: Final = struct.Struct("<QQ16sQQIQ16s")
 # token, kind, op, commit, view, status (or the session error)
 _FORWARD_REPLY: Final = struct.Struct("<QBQQQI")
 # token, group, view of the asker
@@ -211,6 +211,7 @@ class ReplicaBus:
             submission.request,
             submission.operation,
             submission.timestamp_us,
+            submission.request_checksum,
         )
         if not self._enqueue(peer, FrameKind.FORWARD, header + submission.body):
             return False
@@ -461,9 +462,8 @@ class ReplicaBus:
     def _on_forward(self, peer: Peer, payload: bytearray) -> None:
         if len(payload) < _FORWARD.size:
             raise BusError(f"replica {peer.index} sent a short forward")
-        token, group, client, session, request, operation, timestamp = _FORWARD.unpack_from(
-            payload, 0
-        )
+        fields = _FORWARD.unpack_from(payload, 0)
+        token, group, client, session, request, operation, timestamp, request_checksum = fields
         body = bytes(payload[_FORWARD.size :])
 
         def deliver(outcome: Outcome) -> None:
@@ -477,6 +477,7 @@ class ReplicaBus:
             body,
             timestamp,
             deliver,
+            request_checksum,
             forwarded=True,
         )
         host = self._node.groups.get(group)

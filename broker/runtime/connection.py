@@ -86,6 +86,8 @@ class Host(Protocol):
 
     async def handle(self, context: ConnectionContext, frame: Frame) -> Response: ...
 
+    def log_refusal(self, context: ConnectionContext, command: str, reason: str) -> None: ...
+
 
 class Connection:
     """One client connection; see the module docstring."""
@@ -183,12 +185,13 @@ class Connection:
         async for item in items:
             if isinstance(item, _TimedOut):
                 node.counters.connections_dropped += 1
-                log.info("dropping %s: %s", self.context.address, item.why)
+                node.log_refusal(self.context, "-", f"connection closed: {item.why}")
                 return
             if isinstance(item, _Malformed):
                 node.counters.connections_dropped += 1
                 reason = item.error.eviction or EvictionReason.INVALID_REQUEST_OPERATION
-                log.info("dropping %s: %s", self.context.address, item.error.reason)
+                why = f"invalid frame ({item.error.reason}), evicted with {reason.name}"
+                node.log_refusal(self.context, "-", f"{why}, connection closed")
                 await self._send([build_eviction_frame(self.context.client_id, reason)])
                 return
             response = await node.handle(self.context, item)
@@ -198,7 +201,8 @@ class Connection:
             self._arm_read_timer()
             if not sent:
                 node.counters.connections_dropped += 1
-                log.info("dropping %s: it does not read its replies", self.context.address)
+                why = "connection closed: it does not read its replies"
+                node.log_refusal(self.context, "-", why)
                 return
             if response.close:
                 node.counters.connections_dropped += 1

@@ -132,6 +132,14 @@ class SessionLost:
 
 Outcome = Replied | Refused | SessionLost
 
+#: A request's number, operation and identity digest: a retry has all three of the
+#: request it repeats (``consensus.client_table``, invariant 6).
+RequestIdentity = tuple[int, int, bytes]
+
+REQUEST_MISMATCH_STATUS: Final = IggyErrorCode.REQUEST_ALREADY_APPLIED
+"""The status of a metadata request whose number holds another committed request: the
+number was used, so this request is not applied, and the other's reply is not sent."""
+
 
 @dataclass(slots=True, eq=False)
 class Submission:
@@ -144,11 +152,19 @@ class Submission:
     body: bytes
     timestamp_us: int
     deliver: Callable[[Outcome], None]
+    #: The request's identity digest (``consensus.ClientRequested``), computed where the
+    #: client's frame arrived and forwarded with it.
+    request_checksum: bytes
     #: Set when its prepare entered the pipeline: the outcome may be unknown from then on.
     admitted: bool = False
     done: bool = False
     #: It came from another node's bus: never forward it again (no forwarding loops).
     forwarded: bool = False
+
+    @property
+    def identity(self) -> RequestIdentity:
+        """What tells this request from another under the same number."""
+        return (self.request, self.operation, self.request_checksum)
 
     def answer(self, outcome: Outcome) -> None:
         if not self.done:
@@ -237,7 +253,8 @@ class GroupHost:
         self._ticks_due_stale = True
         self._requests: deque[Submission] = deque()
         self._waiters: dict[int, Submission] = {}
-        self._in_flight: dict[int, int] = {}  # client id -> request prepared, not replied
+        # client id -> identity of its request prepared here and not yet replied to
+        self._in_flight: dict[int, RequestIdentity] = {}
         self._wake = trio.Event()
         self._sync_wanted = trio.Event()
         self._sync_in_flight = False
@@ -250,6 +267,8 @@ class GroupHost:
         self._read_floor_seen: int | None = None
         self._applied = trio.Event()
         self._stopping = False
+        self._view_seen: tuple[int, Status] | None = None
+        self._transfer_seen: int | None = None
 
     # -- posting (any task) -----------------------------------------------------------------
 
@@ -510,9 +529,45 @@ class GroupHost:
             return None
         return PrepareWritten(written.op, written.checksum)
 
+    def _name(self) -> str:
+        p = self.partition
+        if p is None:
+            return "metadata group"
+        return f"partition {p.stream_id}/{p.topic_id}/{p.partition_id} (group {self.group_id})"
+
+    def _log_role(self, replica: Replica) -> None:
+        """One INFO line per view or status change and per state transfer of this group."""
+        view = (replica.view, replica.status)
+        seen = self._view_seen
+        if view != seen:
+            # Not the view a replica opened in (a restart of 10,000 groups is not news),
+            # and not recovery's own steps: a new view, and the start of a view change.
+            changed = seen is not None and (
+                view[0] != seen[0] or replica.status is Status.VIEW_CHANGE
+            )
+            if changed:
+                role = "primary" if replica.is_primary else f"backup of {replica.primary}"
+                log.info(
+                    "%s: view %d, %s, replica %d is %s",
+                    self._name(),
+                    replica.view,
+                    replica.status.value,
+                    self.replica_index,
+                    role,
+                )
+            self._view_seen = view
+        peer = replica.state_transfer_peer
+        if peer != self._transfer_seen:
+            if peer is not None:
+                log.info("%s: state transfer from replica %d started", self._name(), peer)
+            else:
+                log.info("%s: state transfer ended at op %d", self._name(), replica.commit_min)
+            self._transfer_seen = peer
+
     def _after_step(self) -> None:
         replica = self.replica
         assert replica is not None
+        self._log_role(replica)
         self._ticks_due_stale = True
         if replica.commit_min != self._commit_seen:
             self.counters.commits += max(0, replica.commit_min - self._commit_seen)
@@ -552,21 +607,27 @@ class GroupHost:
             counters.prepare_messages += BATCH_HEADER.unpack_from(prepare.body, 0)[6]
         replica = self.replica
         if replica is not None and replica.is_primary and header.client_id != 0:
-            self._in_flight[header.client_id] = header.request
+            identity = (header.request, header.operation, header.request_checksum)
+            self._in_flight[header.client_id] = identity
             waiter = self._waiters.get(header.client_id)
-            if waiter is not None and waiter.request == header.request:
+            if waiter is not None and waiter.identity == identity:
                 waiter.admitted = True
 
     def _reply(self, action: ReplyToClient) -> None:
-        if self._in_flight.get(action.client_id) == action.request:
+        identity = (action.request, action.operation, action.request_checksum)
+        if self._in_flight.get(action.client_id) == identity:
             del self._in_flight[action.client_id]
         waiter = self._waiters.get(action.client_id)
-        if waiter is None or waiter.request != action.request:
-            return  # nobody waits: a retry answered earlier, or its submitter gave up
+        if waiter is None or waiter.identity != identity:
+            # Nobody waits for this request: a retry answered earlier, its submitter gave
+            # up, or another request that reuses its number waits (never given this reply).
+            return
         del self._waiters[action.client_id]
         replica = self.replica
         assert replica is not None
-        if action.error is not None:
+        if action.error is ClientError.REQUEST_MISMATCH:
+            waiter.answer(Refused(REQUEST_MISMATCH_STATUS))
+        elif action.error is not None:
             waiter.answer(SessionLost(action.error))
         elif action.status != 0:
             waiter.answer(Refused(action.status))
@@ -609,6 +670,7 @@ class GroupHost:
                     submission.session,
                     submission.request,
                     submission.operation,
+                    submission.request_checksum,
                 )
             ):
                 # New messages only: a retry of a prepared or committed request still
@@ -618,9 +680,16 @@ class GroupHost:
                 continue
             previous = self._waiters.get(submission.client_id)
             if previous is not None and previous is not submission:
-                if previous.request == submission.request:
+                # A waiter's request is in the pipeline (it is installed just before its
+                # step, and removed unless the step admitted or absorbed it).
+                if previous.identity == submission.identity:
                     # A retry of the request in flight: the new submitter takes its place.
                     previous.done = True
+                elif previous.request == submission.request:
+                    # Another request under the number of the one in flight: it never
+                    # gets that one's reply; it may come back once that one committed.
+                    submission.answer(Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
+                    continue
                 else:
                     previous.answer(Refused(IggyErrorCode.TRANSIENT_NOT_COMMITTED))
             self._waiters[submission.client_id] = submission
@@ -632,13 +701,15 @@ class GroupHost:
                     submission.operation,
                     submission.body,
                     submission.timestamp_us,
+                    submission.request_checksum,
                 )
             )
             if submission.done or submission.admitted:
                 continue
-            if self._in_flight.get(submission.client_id) == submission.request:
+            if self._in_flight.get(submission.client_id) == submission.identity:
                 continue  # absorbed by its own earlier copy in the pipeline
-            # Dropped by the replica (an old request number): nothing was applied.
+            # Dropped by the replica (an old request number, or another request of the
+            # client in flight): nothing was applied.
             self._waiters.pop(submission.client_id, None)
             submission.answer(Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
 

@@ -71,11 +71,19 @@ from typing import TYPE_CHECKING, Any, Final
 import trio
 
 from broker import __version__
+from broker.core.identity import (
+    internal_checksum,
+    register_checksum,
+    request_checksum,
+    stamped_checksum_valid,
+)
+from broker.core.refusals import RefusalLimiter, refusal_line
 from broker.runtime.config import Config, parse_address
 from broker.runtime.disk import DiskGuard
 from broker.runtime.flush import Flusher
 from broker.runtime.group import (
     METADATA_GROUP,
+    REQUEST_MISMATCH_STATUS,
     GroupHost,
     GroupKind,
     Outcome,
@@ -202,14 +210,21 @@ class ConnectionContext:
     attached_session: int = 0
     #: The highest op of each group this connection was answered with.
     seen: dict[int, int] = field(default_factory=dict)
+    #: This connection's budget of refusal log lines.
+    refusals: RefusalLimiter = field(default_factory=RefusalLimiter)
 
 
 @dataclass(frozen=True, slots=True)
 class Response:
-    """The frame(s) answering one request, and whether to close the connection after."""
+    """The frame(s) answering one request, and whether to close the connection after.
+
+    ``refusal`` says why, when the answer refuses the request for a reason an operator
+    should see (``broker.core.refusals``): it is logged once, rate-limited per connection.
+    """
 
     parts: list[wire.Buffer]
     close: bool = False
+    refusal: str = ""
 
 
 class Node:
@@ -720,11 +735,34 @@ class Node:
     async def handle(self, context: ConnectionContext, frame: Frame) -> Response:
         """Answer one request frame (called in order, one at a time per connection)."""
         self.counters.requests += 1
+        response = await self._handle(context, frame)
+        if response.refusal:
+            self.log_refusal(context, _command_name(frame), response.refusal, frame=frame)
+        return response
+
+    def log_refusal(
+        self,
+        context: ConnectionContext,
+        command: str,
+        reason: str,
+        *,
+        frame: Frame | None = None,
+    ) -> None:
+        """One INFO line for a refusal, within the connection's budget (no payloads)."""
+        logged, left_out = context.refusals.admit(trio.current_time())
+        if not logged:
+            return
+        client = context.client_id
+        if frame is not None and len(frame.data) >= 144:
+            client = int.from_bytes(bytes(frame.data[128:144]), "little")
+        log.info(refusal_line(context.address, client, command, reason, left_out=left_out))
+
+    async def _handle(self, context: ConnectionContext, frame: Frame) -> Response:
         try:
             header = frame.request_header()
         except ProtocolError:
             client = int.from_bytes(bytes(frame.data[128:144]), "little")
-            return _evict(client, EvictionReason.INVALID_REQUEST_OPERATION)
+            return _evict(client, EvictionReason.INVALID_REQUEST_OPERATION, "bad request header")
         try:
             validate_request_header(header)
         except ProtocolError as error:
@@ -744,6 +782,12 @@ class Node:
             if code is CommandCode.LOGIN_REGISTER:
                 return _evict(header.client, EvictionReason.MALFORMED_LOGIN)
             return _protocol_failure(header, error)
+        if not stamped_checksum_valid(header.request_checksum, frame.body):
+            return _status(
+                header,
+                IggyErrorCode.INVALID_FORMAT,
+                refusal="the stamped request_checksum does not match the body",
+            )
         if code is CommandCode.LOGIN_REGISTER:
             assert isinstance(payload, wire.LoginRegister)
             return await self._login(context, header, payload)
@@ -764,7 +808,7 @@ class Node:
         self, context: ConnectionContext, header: RequestHeader
     ) -> Response | None:
         if header.session == 0:
-            return _status(header, ErrorCode.UNAUTHENTICATED)
+            return _status(header, ErrorCode.UNAUTHENTICATED, refusal="not logged in (session 0)")
         # A session is the op of its register: wait until this node has applied it, if
         # this node has heard of that op at all (a made-up session is not waited for).
         metadata = self.metadata
@@ -783,9 +827,11 @@ class Node:
         try:
             info = machine.state.session(header.session)
         except StateError:
-            return _evict(header.client, EvictionReason.NO_SESSION)
+            return _evict(header.client, EvictionReason.NO_SESSION, "no such session")
         if info.client_id != header.client:
-            return _evict(header.client, EvictionReason.NO_SESSION)
+            return _evict(
+                header.client, EvictionReason.NO_SESSION, "the session is another client id's"
+            )
         context.client_id = header.client
         return None
 
@@ -875,7 +921,10 @@ class Node:
         if user.status != UserStatus.ACTIVE:
             return _evict(header.client, EvictionReason.USER_INACTIVE)
         outcome = await self._submit(
-            self.metadata, header, *encode_command(Register(header.client, user.id))
+            self.metadata,
+            header,
+            register_checksum(user.id),
+            *encode_command(Register(header.client, user.id)),
         )
         if isinstance(outcome, Replied):
             try:
@@ -896,9 +945,12 @@ class Node:
         self,
         host: GroupHost,
         header: RequestHeader,
+        checksum: bytes,
         operation: int,
         body: bytes,
     ) -> Outcome:
+        """Submit a request to ``host`` under the client's identity: its id, number and
+        ``checksum`` (``broker.core.identity``), whatever ``body`` the node built."""
         return await submit_and_wait(
             host,
             header.client,
@@ -906,6 +958,7 @@ class Node:
             header.request,
             operation,
             body,
+            checksum,
         )
 
     def _answer(
@@ -929,6 +982,9 @@ class Node:
                 ]
             )
         if isinstance(outcome, Refused):
+            if outcome.status == REQUEST_MISMATCH_STATUS:
+                refusal = f"request {header.request} was already used by another request"
+                return _status(header, outcome.status, refusal=refusal)
             return self._refused(header, outcome.status, host)
         assert isinstance(outcome, SessionLost)
         reason = (
@@ -966,12 +1022,13 @@ class Node:
         assert machine is not None
         state = machine.state
         session = header.session
+        checksum = request_checksum(code, payload, frame.body)
         if code is CommandCode.CREATE_USER:
             assert isinstance(payload, wire.CreateUser)
-            return await self._create_user(context, header, payload)
+            return await self._create_user(context, header, checksum, payload)
         if code is CommandCode.CHANGE_PASSWORD:
             assert isinstance(payload, wire.ChangePassword)
-            return await self._change_password(context, header, payload)
+            return await self._change_password(context, header, checksum, payload)
         if header.operation.is_metadata or code is CommandCode.LOGOUT_USER:
             command: MetadataCommand = (
                 Logout() if code is CommandCode.LOGOUT_USER else metadata_command(code, payload)
@@ -979,7 +1036,7 @@ class Node:
             denied = state.authorize(command, session)
             if denied is not None:
                 return _status(header, int(denied))
-            outcome = await self._submit(self.metadata, header, *encode_command(command))
+            outcome = await self._submit(self.metadata, header, checksum, *encode_command(command))
             if code is CommandCode.LOGOUT_USER and isinstance(outcome, Replied):
                 context.registered_session = 0
             return self._answer(context, self.metadata, header, outcome)
@@ -993,7 +1050,9 @@ class Node:
             if isinstance(payload.partitioning, wire.Balanced):
                 self._balanced[key] = counter + 1
             host = self._partition_host(route)
-            outcome = await self._submit(host, header, Operation.SEND_MESSAGES, bytes(frame.body))
+            outcome = await self._submit(
+                host, header, checksum, Operation.SEND_MESSAGES, bytes(frame.body)
+            )
             return self._answer(context, host, header, outcome)
         if code in (CommandCode.STORE_CONSUMER_OFFSET, CommandCode.DELETE_CONSUMER_OFFSET):
             assert isinstance(payload, wire.StoreConsumerOffset | wire.DeleteConsumerOffset)
@@ -1003,7 +1062,7 @@ class Node:
             route = route_offset(state, payload, acting)
             host = self._partition_host(route)
             body = resolved_offset_request(payload, route)
-            outcome = await self._submit(host, header, int(header.operation), body)
+            outcome = await self._submit(host, header, checksum, int(header.operation), body)
             return self._answer(context, host, header, outcome)
         if code is CommandCode.ATTACH_CONSUMER_SESSION:
             assert isinstance(payload, wire.ConsumerSessionAttachment)
@@ -1018,7 +1077,11 @@ class Node:
     # -- users --------------------------------------------------------------------------------
 
     async def _create_user(
-        self, context: ConnectionContext, header: RequestHeader, request: wire.CreateUser
+        self,
+        context: ConnectionContext,
+        header: RequestHeader,
+        checksum: bytes,
+        request: wire.CreateUser,
     ) -> Response:
         """Hash the new password here (the node that proposes) with a fresh salt; only the
         hash enters the command, the log and every replica."""
@@ -1032,11 +1095,15 @@ class Node:
         denied = state.authorize(command, header.session)
         if denied is not None:
             return _status(header, int(denied))
-        outcome = await self._submit(self.metadata, header, *encode_command(command))
+        outcome = await self._submit(self.metadata, header, checksum, *encode_command(command))
         return self._answer(context, self.metadata, header, outcome)
 
     async def _change_password(
-        self, context: ConnectionContext, header: RequestHeader, request: wire.ChangePassword
+        self,
+        context: ConnectionContext,
+        header: RequestHeader,
+        checksum: bytes,
+        request: wire.ChangePassword,
     ) -> Response:
         """One's own password, or anyone's with ``manage_users``; the current password is
         verified against the committed hash, the new one hashed with a fresh salt."""
@@ -1056,7 +1123,7 @@ class Node:
         denied = state.authorize(command, header.session)
         if denied is not None:
             return _status(header, int(denied))
-        outcome = await self._submit(self.metadata, header, *encode_command(command))
+        outcome = await self._submit(self.metadata, header, checksum, *encode_command(command))
         return self._answer(context, self.metadata, header, outcome)
 
     # -- auto-commit polls and offset writes in a cluster ------------------------------------
@@ -1302,7 +1369,13 @@ class SystemClient:
                 return True
             operation, body = encode_command(Register(self.client_id, SYSTEM_USER_ID))
             outcome = await submit_and_wait(
-                self._node.metadata, self.client_id, 0, 0, operation, body
+                self._node.metadata,
+                self.client_id,
+                0,
+                0,
+                operation,
+                body,
+                register_checksum(SYSTEM_USER_ID),
             )
             if isinstance(outcome, Replied):
                 self.session = outcome.op
@@ -1323,7 +1396,13 @@ class SystemClient:
                     return Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
                 self._request = max(self._request + 1, now_us())
                 outcome = await submit_and_wait(
-                    host, self.client_id, self.session, self._request, operation, body
+                    host,
+                    self.client_id,
+                    self.session,
+                    self._request,
+                    operation,
+                    body,
+                    internal_checksum(body),
                 )
                 if not isinstance(outcome, SessionLost):
                     return outcome
@@ -1338,11 +1417,15 @@ async def submit_and_wait(
     request: int,
     operation: int,
     body: bytes,
+    checksum: bytes,
     timeout_s: float = REQUEST_TIMEOUT_S,
 ) -> Outcome:
-    """Submit a request to ``host`` and wait (bounded) for its outcome."""
+    """Submit a request to ``host`` and wait (bounded) for its outcome; ``checksum`` is
+    its identity digest (``broker.core.identity``)."""
     waiter = ReplyWaiter()
-    submission = Submission(client_id, session, request, operation, body, now_us(), waiter.deliver)
+    submission = Submission(
+        client_id, session, request, operation, body, now_us(), waiter.deliver, checksum
+    )
     host.submit(submission)
     with trio.move_on_after(timeout_s):
         await waiter.event.wait()
@@ -1364,7 +1447,15 @@ def _reply(header: RequestHeader, body: bytes = b"", *, replica: int = 0) -> Res
     return Response([build_reply_frame(header, body, replica=replica)])
 
 
-def _status(header: RequestHeader, status: int, *, view: int = 0, replica: int = 0) -> Response:
+def _status(
+    header: RequestHeader,
+    status: int,
+    *,
+    view: int = 0,
+    replica: int = 0,
+    refusal: str = "",
+) -> Response:
+    """A status reply; ``refusal`` (the reason) when an operator should see it."""
     log.debug(
         "request %d (operation %s, code %d): status %d",
         header.request,
@@ -1373,20 +1464,41 @@ def _status(header: RequestHeader, status: int, *, view: int = 0, replica: int =
         int(status),
     )
     frame = build_reply_frame(header, status=int(status), view=view & 0xFFFF_FFFF, replica=replica)
-    return Response([frame])
+    reason = f"status {int(status)}, {refusal}" if refusal else ""
+    return Response([frame], refusal=reason)
 
 
-def _evict(client: int, reason: EvictionReason) -> Response:
-    log.info("evicting client %032x: %s", client, reason.name)
-    return Response([build_eviction_frame(client, reason)], close=True)
+def _evict(client: int, reason: EvictionReason, detail: str = "") -> Response:
+    why = f" ({detail})" if detail else ""
+    return Response(
+        [build_eviction_frame(client, reason)],
+        close=True,
+        refusal=f"evicted with {reason.name}{why}, connection closed",
+    )
 
 
 def _protocol_failure(header: RequestHeader, error: ProtocolError) -> Response:
     """A malformed request costs its sender the connection: an eviction when the error
     names a reason, else the error code in a reply, then the connection is closed."""
     if error.eviction is not None:
-        return _evict(header.client, error.eviction)
-    return Response([build_reply_frame(header, status=int(error.code))], close=True)
+        return _evict(header.client, error.eviction, error.reason)
+    return Response(
+        [build_reply_frame(header, status=int(error.code))],
+        close=True,
+        refusal=f"invalid request, status {int(error.code)} ({error.reason}), connection closed",
+    )
+
+
+def _command_name(frame: Frame) -> str:
+    """The command a frame carries, for a log line (its code if it does not parse)."""
+    try:
+        header = frame.request_header()
+    except ProtocolError:
+        return f"command byte {frame.data[60] if len(frame.data) > 60 else '?'}"
+    try:
+        return request_command_code(header).name
+    except ProtocolError:
+        return f"{header.operation.name} (code {header.code})"
 
 
 def _plain(counters: NodeCounters) -> dict[str, Any]:

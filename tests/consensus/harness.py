@@ -17,7 +17,6 @@ from consensus.config import ReplicaConfig
 from consensus.events import (
     Action,
     AppendToJournal,
-    ClientRequested,
     Event,
     MessageReceived,
     PrepareSynced,
@@ -34,7 +33,7 @@ from consensus.events import (
 from consensus.messages import Message, decode_message, encode_message
 from consensus.protocols import DurableState
 from consensus.replica import Replica, Status
-from consensus.testing import LedgerStateMachine, MemoryLog
+from consensus.testing import LedgerStateMachine, MemoryLog, client_request
 
 REGISTER: int = 1
 OPERATION: int = 7
@@ -252,7 +251,7 @@ class Cluster:
             if self.nodes[index].alive:
                 self.step(
                     index,
-                    ClientRequested(client_id, session, request, operation, body, timestamp_us),
+                    client_request(client_id, session, request, operation, body, timestamp_us),
                 )
 
     def replies_for(self, client_id: int, request: int) -> list[ReplyToClient]:

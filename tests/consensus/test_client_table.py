@@ -10,10 +10,33 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from consensus.client_table import ClientTable, Verdict
+from consensus.client_table import SAME_NUMBER_REQUESTS_MAX, ClientTable, Verdict
 from consensus.messages import MessageError, Prepare, make_prepare_header, root_header
 
 REGISTER_REQUEST = 0  # the Iggy wire sends request 0 on every Register
+OPERATION = 7  # the operation of every request committed here
+CHECKSUM = bytes(16)  # the identity digest of every request committed here
+
+
+def _judge(
+    table: ClientTable,
+    client_id: int,
+    session: int,
+    request: int,
+    *,
+    register: bool,
+    operation: int = OPERATION,
+    request_checksum: bytes = CHECKSUM,
+) -> Verdict:
+    """Judge a request whose identity is, unless told, that of the committed ones."""
+    return table.judge(
+        client_id,
+        session,
+        request,
+        register=register,
+        operation=operation,
+        request_checksum=request_checksum,
+    )
 
 
 def _committed(op: int, client_id: int, session: int, request: int) -> Prepare:
@@ -26,7 +49,7 @@ def _committed(op: int, client_id: int, session: int, request: int) -> Prepare:
         client_id=client_id,
         session=session,
         request=request,
-        operation=7,
+        operation=OPERATION,
         timestamp_us=op,
         body=b"",
     )
@@ -58,14 +81,14 @@ def _metadata_table(clients_max: int = 4) -> tuple[ClientTable, Sessions]:
 
 def test_client_table_partition_group_judges_by_session_and_request() -> None:
     table = ClientTable(4, registers_sessions=False)
-    assert table.judge(1, 10, 1, register=False) is Verdict.NEW
+    assert _judge(table, 1, 10, 1, register=False) is Verdict.NEW
     table.commit(_committed(1, 1, 10, 1), b"r1", register=False)
-    assert table.judge(1, 10, 1, register=False) is Verdict.DUPLICATE
-    assert table.judge(1, 10, 0, register=False) is Verdict.STALE
-    assert table.judge(1, 10, 2, register=False) is Verdict.NEW
-    assert table.judge(1, 9, 2, register=False) is Verdict.SESSION_EVICTED
-    assert table.judge(2, 0, 1, register=False) is Verdict.NO_SESSION
-    assert table.judge(2, 3, 1, register=False) is Verdict.NEW
+    assert _judge(table, 1, 10, 1, register=False) is Verdict.DUPLICATE
+    assert _judge(table, 1, 10, 0, register=False) is Verdict.STALE
+    assert _judge(table, 1, 10, 2, register=False) is Verdict.NEW
+    assert _judge(table, 1, 9, 2, register=False) is Verdict.SESSION_EVICTED
+    assert _judge(table, 2, 0, 1, register=False) is Verdict.NO_SESSION
+    assert _judge(table, 2, 3, 1, register=False) is Verdict.NEW
 
 
 def test_partition_group_answers_a_retry_under_a_newer_session_from_the_table() -> None:
@@ -73,11 +96,11 @@ def test_partition_group_answers_a_retry_under_a_newer_session_from_the_table() 
     session (10) got applied: the cached reply, not a second application."""
     table = ClientTable(4, registers_sessions=False)
     table.commit(_committed(1, 1, 10, 5), b"applied once", register=False)
-    assert table.judge(1, 20, 5, register=False) is Verdict.DUPLICATE
-    cached = table.cached_reply(1, register=False)
+    assert _judge(table, 1, 20, 5, register=False) is Verdict.DUPLICATE
+    cached = table.cached_reply(1, register=False, operation=OPERATION)
     assert (cached.request, cached.op, cached.reply) == (5, 1, b"applied once")
-    assert table.judge(1, 20, 4, register=False) is Verdict.STALE
-    assert table.judge(1, 20, 6, register=False) is Verdict.NEW
+    assert _judge(table, 1, 20, 4, register=False) is Verdict.STALE
+    assert _judge(table, 1, 20, 6, register=False) is Verdict.NEW
 
 
 def test_partition_group_takes_the_newer_session_once_a_request_under_it_commits() -> None:
@@ -87,7 +110,7 @@ def test_partition_group_takes_the_newer_session_once_a_request_under_it_commits
     entry = table.get(1)
     assert entry is not None and (entry.session, entry.request) == (20, 6)
     # A late frame of the old session is never applied, whatever its number.
-    assert table.judge(1, 10, 7, register=False) is Verdict.SESSION_EVICTED
+    assert _judge(table, 1, 10, 7, register=False) is Verdict.SESSION_EVICTED
 
 
 # --- the metadata group: registers -----------------------------------------------------------
@@ -95,21 +118,21 @@ def test_partition_group_takes_the_newer_session_once_a_request_under_it_commits
 
 def test_client_table_metadata_group_needs_a_committed_register() -> None:
     table = ClientTable(4, registers_sessions=True)
-    assert table.judge(1, 5, 1, register=False) is Verdict.NO_SESSION
-    assert table.judge(1, 0, 0, register=True) is Verdict.NEW
+    assert _judge(table, 1, 5, 1, register=False) is Verdict.NO_SESSION
+    assert _judge(table, 1, 0, 0, register=True) is Verdict.NEW
     _register(table, 5, 1)
     entry = table.get(1)
     assert entry is not None and entry.session == 5  # the register's commit op
-    assert table.judge(1, 0, 0, register=True) is Verdict.DUPLICATE
-    assert table.judge(1, 5, 1, register=False) is Verdict.NEW
-    assert table.judge(1, 6, 1, register=False) is Verdict.NO_SESSION  # not one we made
+    assert _judge(table, 1, 0, 0, register=True) is Verdict.DUPLICATE
+    assert _judge(table, 1, 5, 1, register=False) is Verdict.NEW
+    assert _judge(table, 1, 6, 1, register=False) is Verdict.NO_SESSION  # not one we made
 
 
 def test_a_retried_register_gets_its_live_session_back() -> None:
     table, sessions = _metadata_table()
     _register(table, 5, 1)
     sessions.held[1] = 5
-    assert table.judge(1, 0, REGISTER_REQUEST, register=True) is Verdict.DUPLICATE
+    assert _judge(table, 1, 0, REGISTER_REQUEST, register=True) is Verdict.DUPLICATE
     cached = table.cached_reply(1, register=True)
     assert (cached.session, cached.request, cached.op) == (5, 0, 5)
     assert cached.reply == b"registered at 5"
@@ -121,15 +144,15 @@ def test_a_client_id_whose_session_ended_registers_a_new_one() -> None:
     _register(table, 5, 1)
     sessions.held[1] = 5
     del sessions.held[1]  # the node ended it
-    assert table.judge(1, 0, REGISTER_REQUEST, register=True) is Verdict.NEW
+    assert _judge(table, 1, 0, REGISTER_REQUEST, register=True) is Verdict.NEW
     _register(table, 9, 1)
     sessions.held[1] = 9
     entry = table.get(1)
     assert entry is not None and entry.session == 9
-    assert table.judge(1, 0, REGISTER_REQUEST, register=True) is Verdict.DUPLICATE
+    assert _judge(table, 1, 0, REGISTER_REQUEST, register=True) is Verdict.DUPLICATE
     assert table.cached_reply(1, register=True).session == 9
-    assert table.judge(1, 5, 1, register=False) is Verdict.SESSION_EVICTED  # the old one
-    assert table.judge(1, 9, 1, register=False) is Verdict.NEW
+    assert _judge(table, 1, 5, 1, register=False) is Verdict.SESSION_EVICTED  # the old one
+    assert _judge(table, 1, 9, 1, register=False) is Verdict.NEW
 
 
 def test_a_client_id_whose_session_ended_after_writes_registers_a_new_one() -> None:
@@ -143,35 +166,35 @@ def test_a_client_id_whose_session_ended_after_writes_registers_a_new_one() -> N
     # While the session lives, a register from the client id gets it back (a second
     # connection of the same client, or a late copy of the login): the register's reply,
     # not the latest write's.
-    assert table.judge(1, 0, REGISTER_REQUEST, register=True) is Verdict.DUPLICATE
+    assert _judge(table, 1, 0, REGISTER_REQUEST, register=True) is Verdict.DUPLICATE
     cached = table.cached_reply(1, register=True)
     assert (cached.session, cached.request, cached.op) == (5, 0, 5)
     assert cached.reply == b"registered at 5"
     del sessions.held[1]
-    assert table.judge(1, 0, REGISTER_REQUEST, register=True) is Verdict.NEW
+    assert _judge(table, 1, 0, REGISTER_REQUEST, register=True) is Verdict.NEW
     _register(table, 8, 1)
     sessions.held[1] = 8
     # The numbers go on across the new session: a fresh one is new, a retry of the last
     # write is answered from the table, an older one is dropped.
-    assert table.judge(1, 8, 3, register=False) is Verdict.NEW
-    assert table.judge(1, 8, 2, register=False) is Verdict.DUPLICATE
-    cached = table.cached_reply(1, register=False)
+    assert _judge(table, 1, 8, 3, register=False) is Verdict.NEW
+    assert _judge(table, 1, 8, 2, register=False) is Verdict.DUPLICATE
+    cached = table.cached_reply(1, register=False, operation=OPERATION)
     assert (cached.request, cached.op, cached.reply) == (2, 7, b"topic created")
-    assert table.judge(1, 8, 1, register=False) is Verdict.STALE
+    assert _judge(table, 1, 8, 1, register=False) is Verdict.STALE
 
 
 def test_a_register_that_opened_no_session_runs_again() -> None:
     """A register the state machine rejected (an inactive user) left nothing to protect."""
     table, _ = _metadata_table()
     _register(table, 5, 1)
-    assert table.judge(1, 0, REGISTER_REQUEST, register=True) is Verdict.NEW
+    assert _judge(table, 1, 0, REGISTER_REQUEST, register=True) is Verdict.NEW
 
 
 def test_without_session_liveness_a_session_lives_until_superseded() -> None:
     table = ClientTable(4, registers_sessions=True)
     _register(table, 5, 1)
     table.commit(_committed(6, 1, 5, 1), b"w", register=False)
-    assert table.judge(1, 0, REGISTER_REQUEST, register=True) is Verdict.DUPLICATE
+    assert _judge(table, 1, 0, REGISTER_REQUEST, register=True) is Verdict.DUPLICATE
     assert table.cached_reply(1, register=True).session == 5
 
 
@@ -180,17 +203,17 @@ def test_registers_that_carry_growing_request_numbers_are_judged_by_number() -> 
     session with each new number and gets its session back on a retry."""
     table = ClientTable(4, registers_sessions=True)
     _register(table, 5, 1, request=3)
-    assert table.judge(1, 0, 3, register=True) is Verdict.DUPLICATE
-    assert table.judge(1, 0, 2, register=True) is Verdict.STALE
-    assert table.judge(1, 0, 4, register=True) is Verdict.NEW
+    assert _judge(table, 1, 0, 3, register=True) is Verdict.DUPLICATE
+    assert _judge(table, 1, 0, 2, register=True) is Verdict.STALE
+    assert _judge(table, 1, 0, 4, register=True) is Verdict.NEW
     table.commit(_committed(6, 1, 5, 4), b"w", register=False)
-    assert table.judge(1, 0, 4, register=True) is Verdict.STALE  # now the write's number
-    assert table.judge(1, 0, 5, register=True) is Verdict.NEW
+    assert _judge(table, 1, 0, 4, register=True) is Verdict.STALE  # now the write's number
+    assert _judge(table, 1, 0, 5, register=True) is Verdict.NEW
     _register(table, 7, 1, request=5)
     # A write whose number only a register used is no retry of anything: never a
     # register's reply for a write.
-    assert table.judge(1, 7, 5, register=False) is Verdict.STALE
-    assert table.judge(1, 7, 6, register=False) is Verdict.NEW
+    assert _judge(table, 1, 7, 5, register=False) is Verdict.STALE
+    assert _judge(table, 1, 7, 6, register=False) is Verdict.NEW
 
 
 def test_a_register_keeps_the_client_request_numbers() -> None:
@@ -229,7 +252,7 @@ def test_a_metadata_entry_made_by_a_write_has_no_register_to_repeat() -> None:
     entry; the client's next register is new, not a duplicate of nothing."""
     table, _ = _metadata_table()
     table.commit(_committed(6, 1, 5, 3), b"w", register=False)
-    assert table.judge(1, 0, REGISTER_REQUEST, register=True) is Verdict.NEW
+    assert _judge(table, 1, 0, REGISTER_REQUEST, register=True) is Verdict.NEW
 
 
 # --- eviction ----------------------------------------------------------------------------------
@@ -243,8 +266,8 @@ def test_client_table_evicts_the_oldest_commit_and_refuses_its_session() -> None
     evicted = table.commit(_committed(4, 300, 30, 1), b"d", register=False)
     assert evicted is not None and evicted.client_id == 200
     # The evicted client's retry may already be applied: it gets an error, not a reply.
-    assert table.judge(200, 20, 1, register=False) is Verdict.SESSION_EVICTED
-    assert table.judge(400, 31, 1, register=False) is Verdict.NEW
+    assert _judge(table, 200, 20, 1, register=False) is Verdict.SESSION_EVICTED
+    assert _judge(table, 400, 31, 1, register=False) is Verdict.NEW
 
 
 def test_eviction_orders_by_the_latest_commit_register_or_request() -> None:
@@ -258,7 +281,7 @@ def test_eviction_orders_by_the_latest_commit_register_or_request() -> None:
     assert evicted is not None and evicted.client_id == 200
     assert table.session_evicted_max == 4
     # Its next register is new, whatever happened to its session.
-    assert table.judge(200, 0, REGISTER_REQUEST, register=True) is Verdict.NEW
+    assert _judge(table, 200, 0, REGISTER_REQUEST, register=True) is Verdict.NEW
 
 
 # --- encoding ----------------------------------------------------------------------------------
@@ -294,8 +317,8 @@ def test_metadata_table_encoding_round_trips_registers_and_requests() -> None:
     for client_id in (3, 7, 9):
         for register in (False, True):
             for request in (0, 1, 2, 4, 5):
-                assert copy.judge(client_id, 1, request, register=register) is table.judge(
-                    client_id, 1, request, register=register
+                assert _judge(copy, client_id, 1, request, register=register) is _judge(
+                    table, client_id, 1, request, register=register
                 )
 
 
@@ -308,17 +331,19 @@ def test_restore_rejects_every_truncation() -> None:
 
 def _entry_offset(index: int) -> int:
     """The byte offset of entry ``index`` when no entry before it holds reply bytes."""
-    return 16 + 57 * index
+    return 16 + 93 * index
 
 
 @pytest.mark.parametrize(
     ("mutate", "why"),
     [
-        (lambda b: b"VCT1" + b[4:], "old magic"),
-        (lambda b: b[:64] + b"\x02" + b[65:], "unknown flag"),
-        (lambda b: b[:64] + b"\x00" + b[65:], "a register number without a register"),
+        (lambda b: b"VCT2" + b[4:], "the encoding before request identities"),
+        (lambda b: b[:100] + b"\x02" + b[101:], "unknown flag"),
+        (lambda b: b[:100] + b"\x00" + b[101:], "a register number without a register"),
+        (lambda b: b[:56] + b"\x01" + b[57:], "a request operation without a request"),
+        (lambda b: b[:60] + b"\x01" + b[61:], "a request digest without a request"),
         (lambda b: b[:16] + b"\x00" * 16 + b[32:], "client id 0"),
-        (lambda b: b[:16] + b[73:89] + b[32:], "entries out of client id order"),
+        (lambda b: b[:16] + b[109:125] + b[32:], "entries out of client id order"),
         (lambda b: b + b"\x00", "trailing byte"),
     ],
 )
@@ -327,7 +352,7 @@ def test_restore_rejects_inconsistent_entries(mutate: Callable[[bytes], bytes], 
     table.commit(_committed(1, 5, 0, 3), b"", register=True)
     table.commit(_committed(2, 6, 0, 0), b"", register=True)
     encoded = table.encode()
-    assert encoded[_entry_offset(0) + 48] == 1  # the flags byte of entry 0
+    assert encoded[_entry_offset(0) + 84] == 1  # the flags byte of entry 0
     assert mutate(encoded) != encoded, why
     with pytest.raises(MessageError):
         ClientTable(3, registers_sessions=True).restore(mutate(encoded))
@@ -343,7 +368,7 @@ def test_a_partition_table_refuses_an_encoded_register() -> None:
 @given(
     st.one_of(
         st.binary(max_size=200),
-        st.binary(max_size=200).map(lambda b: b"VCT2\x01\x00\x00\x00" + b),
+        st.binary(max_size=200).map(lambda b: b"VCT3\x01\x00\x00\x00" + b),
     )
 )
 def test_restore_of_random_bytes_fails_cleanly_or_round_trips(data: bytes) -> None:
@@ -394,7 +419,7 @@ class ClientTableMachine(RuleBasedStateMachine):
         request = self.model.get(client, (0, 0))[1] + 1
         if (
             self.table.get(client) is None
-            and self.table.judge(client, 1, request, register=False) is not Verdict.NEW
+            and _judge(self.table, client, 1, request, register=False) is not Verdict.NEW
         ):
             return
         self.table.commit(_committed(self.op, client, 1, request), b"r", register=False)
@@ -468,7 +493,7 @@ class SessionsMachine(RuleBasedStateMachine):
         table = self.tables[METADATA]
         entry = table.get(client_id)
         held = self.sessions.held.get(client_id)
-        verdict = table.judge(client_id, 0, REGISTER_REQUEST, register=True)
+        verdict = _judge(table, client_id, 0, REGISTER_REQUEST, register=True)
         if verdict is Verdict.DUPLICATE:
             assert entry is not None and held == entry.session, "an ended session came back"
             session = table.cached_reply(client_id, register=True).session
@@ -504,7 +529,7 @@ class SessionsMachine(RuleBasedStateMachine):
             client.request_next += 1
         table = self.tables[group]
         entry = table.get(client_id)
-        verdict = table.judge(client_id, client.session, request, register=False)
+        verdict = _judge(table, client_id, client.session, request, register=False)
         key = (group, client_id, request)
         evictions = self.evictions.get((group, client_id), 0)
         if verdict is Verdict.NEW:
@@ -513,7 +538,7 @@ class SessionsMachine(RuleBasedStateMachine):
             self._commit(group, client_id, client.session, request, register=False)
             self.applied[key] = evictions
         elif verdict is Verdict.DUPLICATE:
-            cached = table.cached_reply(client_id, register=False)
+            cached = table.cached_reply(client_id, register=False, operation=OPERATION)
             assert cached.request == request and key in self.applied
             assert cached.reply == b"%d:%d:%d" % key
         elif verdict is Verdict.STALE:
@@ -541,3 +566,140 @@ class SessionsMachine(RuleBasedStateMachine):
 
 TestSessionsMachine = SessionsMachine.TestCase
 TestSessionsMachine.settings = settings(max_examples=200, stateful_step_count=60)
+
+
+# --- request identity: a duplicate is the same request, not only the same number ----------
+
+
+def _committed_as(
+    op: int, client_id: int, session: int, request: int, operation: int, digest: bytes
+) -> Prepare:
+    header = make_prepare_header(
+        group=0,
+        view=0,
+        op=op,
+        commit=0,
+        parent=root_header(0).checksum,
+        client_id=client_id,
+        session=session,
+        request=request,
+        operation=operation,
+        timestamp_us=op,
+        body=b"",
+        request_checksum=digest,
+    )
+    return Prepare(header=header, body=b"")
+
+
+DIGEST_A = b"A" * 16
+DIGEST_B = b"B" * 16
+
+
+def test_partition_group_applies_another_request_under_a_reused_number() -> None:
+    """A client that numbers every partition request alike (at-least-once, as Iggy):
+    another body or another operation under the cached number is new work, never the
+    cached reply; the same request again is still a duplicate."""
+    table = ClientTable(4, registers_sessions=False)
+    table.commit(_committed_as(1, 1, 10, 5, 160, DIGEST_A), b"batch A", register=False)
+    assert (
+        _judge(table, 1, 10, 5, register=False, operation=160, request_checksum=DIGEST_A)
+        is Verdict.DUPLICATE
+    )
+    assert (
+        _judge(table, 1, 10, 5, register=False, operation=160, request_checksum=DIGEST_B)
+        is Verdict.NEW
+    )
+    assert (
+        _judge(table, 1, 10, 5, register=False, operation=162, request_checksum=DIGEST_A)
+        is Verdict.NEW
+    )
+    table.commit(_committed_as(2, 1, 10, 5, 160, DIGEST_B), b"batch B", register=False)
+    # Now B is the latest cached request: a retry of B is a duplicate.
+    assert (
+        _judge(table, 1, 10, 5, register=False, operation=160, request_checksum=DIGEST_B)
+        is Verdict.DUPLICATE
+    )
+    assert (
+        table.cached_reply(1, register=False, operation=160, request_checksum=DIGEST_B).reply
+        == b"batch B"
+    )
+    # A retry of A, applied before B under the same number, is still A's duplicate.
+    assert (
+        _judge(table, 1, 10, 5, register=False, operation=160, request_checksum=DIGEST_A)
+        is Verdict.DUPLICATE
+    )
+    cached = table.cached_reply(1, register=False, operation=160, request_checksum=DIGEST_A)
+    assert (cached.op, cached.reply) == (1, b"batch A")
+    # An older number stays stale whatever its identity.
+    assert (
+        _judge(table, 1, 10, 4, register=False, operation=160, request_checksum=DIGEST_B)
+        is Verdict.STALE
+    )
+
+
+def test_metadata_group_refuses_another_request_under_the_cached_number() -> None:
+    table, sessions = _metadata_table()
+    _register(table, 5, 1)
+    sessions.held[1] = 5
+    table.commit(_committed_as(6, 1, 5, 1, 128, DIGEST_A), b"stream created", register=False)
+    assert (
+        _judge(table, 1, 5, 1, register=False, operation=128, request_checksum=DIGEST_A)
+        is Verdict.DUPLICATE
+    )
+    assert (
+        _judge(table, 1, 5, 1, register=False, operation=128, request_checksum=DIGEST_B)
+        is Verdict.REQUEST_MISMATCH
+    )
+    assert (
+        _judge(table, 1, 5, 1, register=False, operation=130, request_checksum=DIGEST_A)
+        is Verdict.REQUEST_MISMATCH
+    )
+
+
+def test_a_register_with_another_digest_is_not_its_duplicate() -> None:
+    """A login as another user under a client id that holds a live session: not a retry
+    of that session's register, so it never gets that session back."""
+    table, sessions = _metadata_table()
+    table.commit(_committed_as(5, 1, 0, 0, 1, DIGEST_A), b"root's session", register=True)
+    sessions.held[1] = 5
+    assert _judge(table, 1, 0, 0, register=True, request_checksum=DIGEST_A) is Verdict.DUPLICATE
+    assert _judge(table, 1, 0, 0, register=True, request_checksum=DIGEST_B) is Verdict.NEW
+
+
+def test_identities_survive_encoding() -> None:
+    table = ClientTable(4, registers_sessions=True)
+    table.commit(_committed_as(5, 1, 0, 0, 1, DIGEST_A), b"registered", register=True)
+    table.commit(_committed_as(6, 1, 5, 3, 141, DIGEST_B), b"user created", register=False)
+    copy = ClientTable(4, registers_sessions=True)
+    copy.restore(table.encode())
+    entry = copy.get(1)
+    assert entry is not None
+    assert (entry.request_operation, entry.request_checksum) == (141, DIGEST_B)
+    assert entry.register_checksum == DIGEST_A
+    assert (
+        _judge(copy, 1, 5, 3, register=False, operation=141, request_checksum=DIGEST_A)
+        is Verdict.REQUEST_MISMATCH
+    )
+
+
+def test_an_entry_keeps_a_bounded_window_of_requests_under_one_number() -> None:
+    table = ClientTable(4, registers_sessions=False)
+    digests = [bytes([i]) * 16 for i in range(1, SAME_NUMBER_REQUESTS_MAX + 2)]
+    for op, digest in enumerate(digests, start=1):
+        table.commit(_committed_as(op, 1, 10, 5, 160, digest), b"r%d" % op, register=False)
+    entry = table.get(1)
+    assert entry is not None and len(entry.earlier) == SAME_NUMBER_REQUESTS_MAX - 1
+    # The oldest fell out of the window: it is new again (at-least-once, never a wrong
+    # reply); every later one is answered with its own reply.
+    first = _judge(table, 1, 10, 5, register=False, operation=160, request_checksum=digests[0])
+    assert first is Verdict.NEW
+    for op, digest in enumerate(digests[1:], start=2):
+        cached = table.cached_reply(1, register=False, operation=160, request_checksum=digest)
+        assert (cached.op, cached.reply) == (op, b"r%d" % op)
+    copy = ClientTable(4, registers_sessions=False)
+    copy.restore(table.encode())
+    assert copy.entries == table.entries
+    # A higher number starts a new window.
+    table.commit(_committed_as(20, 1, 10, 6, 160, digests[0]), b"r20", register=False)
+    entry = table.get(1)
+    assert entry is not None and entry.earlier == []

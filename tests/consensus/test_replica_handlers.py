@@ -9,7 +9,6 @@ from consensus.events import (
     Action,
     AppendToJournal,
     ClientError,
-    ClientRequested,
     MessageReceived,
     PrepareSynced,
     PrepareWritten,
@@ -32,12 +31,19 @@ from consensus.messages import (
     RequestStartView,
     StartView,
     StartViewChange,
+    checksum,
     make_prepare_header,
     root_header,
 )
 from consensus.protocols import DurableState
 from consensus.replica import Replica, Status
-from consensus.testing import REJECTED_BODY, REJECTED_STATUS, LedgerStateMachine, MemoryLog
+from consensus.testing import (
+    REJECTED_BODY,
+    REJECTED_STATUS,
+    LedgerStateMachine,
+    MemoryLog,
+    client_request,
+)
 from tests.consensus.harness import TEST_CONFIG
 
 
@@ -90,7 +96,7 @@ def _receive(replica: Replica, message: Message) -> list[Action]:
 
 def test_on_client_requested_primary_appends_and_sends_to_every_backup() -> None:
     primary = _replica(0)
-    actions = primary.step(ClientRequested(5, 1, 1, 7, b"hello", 42))
+    actions = primary.step(client_request(5, 1, 1, 7, b"hello", 42))
     appends = [a for a in actions if isinstance(a, AppendToJournal)]
     assert len(appends) == 1 and appends[0].prepare.op == 1
     assert sorted(r for r, _ in _sent(actions, Prepare)) == [1, 2]
@@ -99,24 +105,26 @@ def test_on_client_requested_primary_appends_and_sends_to_every_backup() -> None
 
 def test_on_client_requested_rejected_by_state_machine_answers_status_and_logs_nothing() -> None:
     primary = _replica(0)
-    actions = primary.step(ClientRequested(5, 1, 1, 7, REJECTED_BODY, 42))
-    assert actions == [ReplyToClient(5, 1, 1, 0, b"", status=REJECTED_STATUS)]
+    actions = primary.step(client_request(5, 1, 1, 7, REJECTED_BODY, 42))
+    assert actions == [
+        ReplyToClient(5, 1, 1, 7, checksum(REJECTED_BODY), 0, b"", status=REJECTED_STATUS)
+    ]
     assert primary.op == 0
     # Nothing entered the client table: the next request is judged afresh and prepared.
-    actions = primary.step(ClientRequested(5, 1, 2, 7, b"fine", 43))
+    actions = primary.step(client_request(5, 1, 2, 7, b"fine", 43))
     appends = [a for a in actions if isinstance(a, AppendToJournal)]
     assert [a.prepare.op for a in appends] == [1]
     assert appends[0].prepare.header.frontier == 1
 
 
 def test_on_client_requested_backup_drops_the_request() -> None:
-    assert _replica(1).step(ClientRequested(5, 1, 1, 7, b"x", 1)) == []
+    assert _replica(1).step(client_request(5, 1, 1, 7, b"x", 1)) == []
 
 
 def test_on_client_requested_retry_in_flight_is_absorbed_by_the_pipeline() -> None:
     primary = _replica(0)
-    primary.step(ClientRequested(5, 1, 1, 7, b"x", 1))
-    assert primary.step(ClientRequested(5, 1, 1, 7, b"x", 1)) == []
+    primary.step(client_request(5, 1, 1, 7, b"x", 1))
+    assert primary.step(client_request(5, 1, 1, 7, b"x", 1)) == []
     assert primary.op == 1
 
 
@@ -124,22 +132,23 @@ def test_would_prepare_is_true_only_for_new_work() -> None:
     """What a host that has no room asks before it refuses a request (a full disk): a
     retry in the pipeline, or one the client table answers, is not new work."""
     primary = _replica(0)
-    assert primary.would_prepare(5, 1, 1, 7)
-    actions = primary.step(ClientRequested(5, 1, 1, 7, b"x", 1))
+    assert primary.would_prepare(5, 1, 1, 7, checksum(b"x"))
+    actions = primary.step(client_request(5, 1, 1, 7, b"x", 1))
     prepare = next(a.prepare for a in actions if isinstance(a, AppendToJournal))
-    assert not primary.would_prepare(5, 1, 1, 7)  # in the pipeline
+    assert not primary.would_prepare(5, 1, 1, 7, checksum(b"x"))  # in the pipeline
     primary.step(PrepareWritten(1, prepare.checksum))
     _receive(primary, PrepareOk(0, 2, 0, 1, prepare.checksum))
     assert primary.commit_max == 1
-    assert not primary.would_prepare(5, 1, 1, 7)  # committed: the table repeats its reply
-    assert primary.would_prepare(5, 1, 2, 7)
-    assert primary.would_prepare(6, 1, 1, 7)
+    # Committed: the table repeats its reply, to this request only.
+    assert not primary.would_prepare(5, 1, 1, 7, checksum(b"x"))
+    assert primary.would_prepare(5, 1, 2, 7, checksum(b"x"))
+    assert primary.would_prepare(6, 1, 1, 7, checksum(b"x"))
 
 
 def test_on_client_requested_full_pipeline_drops_new_requests() -> None:
     primary = _replica(0)
     for client in range(1, TEST_CONFIG.pipeline_prepares_max + 2):
-        primary.step(ClientRequested(client, 1, 1, 7, b"x", 1))
+        primary.step(client_request(client, 1, 1, 7, b"x", 1))
     assert primary.op == TEST_CONFIG.pipeline_prepares_max
 
 
@@ -180,7 +189,7 @@ def test_on_prepare_out_of_order_waits_for_the_gap_and_requests_repair() -> None
 
 def test_on_prepare_ok_commits_on_a_majority_and_replies() -> None:
     primary = _replica(0)
-    actions = primary.step(ClientRequested(5, 1, 1, 7, b"x", 1))
+    actions = primary.step(client_request(5, 1, 1, 7, b"x", 1))
     prepare = next(a.prepare for a in actions if isinstance(a, AppendToJournal))
     primary.step(PrepareWritten(1, prepare.checksum))
     assert primary.commit_max == 0  # its own ack alone is not a majority of 3
@@ -192,7 +201,7 @@ def test_on_prepare_ok_commits_on_a_majority_and_replies() -> None:
 
 def test_on_prepare_ok_with_a_wrong_checksum_is_ignored() -> None:
     primary = _replica(0)
-    primary.step(ClientRequested(5, 1, 1, 7, b"x", 1))
+    primary.step(client_request(5, 1, 1, 7, b"x", 1))
     _receive(primary, PrepareOk(0, 2, 0, 1, bytes(16)))
     _receive(primary, PrepareOk(0, 1, 0, 1, bytes(16)))
     assert primary.commit_max == 0
@@ -416,9 +425,9 @@ def test_evicted_session_gets_a_typed_error_reply() -> None:
         config=replace(TEST_CONFIG, clients_max=2),
     )
     for client in (1, 2, 3):
-        actions = primary.step(ClientRequested(client, 10 * client, 1, 7, b"x", 1))
+        actions = primary.step(client_request(client, 10 * client, 1, 7, b"x", 1))
         prepare = next(a.prepare for a in actions if isinstance(a, AppendToJournal))
         primary.step(PrepareWritten(prepare.op, prepare.checksum))
-    actions = primary.step(ClientRequested(1, 10, 1, 7, b"x", 1))
+    actions = primary.step(client_request(1, 10, 1, 7, b"x", 1))
     (reply,) = [a for a in actions if isinstance(a, ReplyToClient)]
     assert reply.error is ClientError.SESSION_EVICTED and reply.reply == b""

@@ -7,11 +7,13 @@ kinds), or torn by MemoryStorage crashes with a sync that failed.
 from __future__ import annotations
 
 import random
+import struct
 
 import pytest
 
 from journal import MemoryStorage, Superblock, SuperblockCorrupt, SuperblockState
-from journal.superblock import SUPERBLOCK_EXTRA_COUNT, SUPERBLOCK_SIZE
+from journal.record import checksum
+from journal.superblock import SUPERBLOCK_EXTRA_COUNT, SUPERBLOCK_FORMAT_VERSION, SUPERBLOCK_SIZE
 from tests.journal.helpers import Disk, cut, flip, overwrite, read_file
 
 
@@ -120,3 +122,18 @@ def test_superblock_regressions_are_bugs() -> None:
         superblock.write(_state(1))
     with pytest.raises(AssertionError):
         SuperblockState(view=1, log_view=2)
+
+
+def test_superblock_of_another_format_version_is_refused_by_name(disk: Disk) -> None:
+    """Storage an older build wrote (an intact copy, another format version) is never read
+    as this format: opening it names both versions."""
+    storage = disk.storage()
+    superblock = Superblock.open(storage)
+    superblock.write(_state(1))
+    data = bytearray(read_file(storage, "superblock.b"))
+    struct.pack_into("<H", data, 24, SUPERBLOCK_FORMAT_VERSION - 1)
+    value = checksum(bytes(data[16:]))
+    struct.pack_into("<QQ", data, 0, value & (2**64 - 1), value >> 64)
+    overwrite(storage, "superblock.b", 0, bytes(data))
+    with pytest.raises(SuperblockCorrupt, match=f"format version {SUPERBLOCK_FORMAT_VERSION - 1}"):
+        Superblock.open(disk.storage())

@@ -8,6 +8,7 @@ from pathlib import Path
 import trio
 import trio.testing
 
+from broker.core.identity import internal_checksum
 from broker.runtime.flush import Flusher
 from broker.runtime.group import (
     TICKS_PENDING_MAX,
@@ -65,15 +66,17 @@ async def _submit_many(
 ) -> list[Outcome]:
     waiters = [ReplyWaiter() for _ in range(count)]
     for index, waiter in enumerate(waiters):
+        body = _send_body(f"m{index}".encode())
         host.submit(
             Submission(
                 client_id=100 + index,
                 session=session,
                 request=request,
                 operation=Operation.SEND_MESSAGES,
-                body=_send_body(f"m{index}".encode()),
+                body=body,
                 timestamp_us=1_000_000 + index,
                 deliver=waiter.deliver,
+                request_checksum=internal_checksum(body),
             )
         )
     with trio.fail_after(10):

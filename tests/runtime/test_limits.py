@@ -284,6 +284,9 @@ class _StuckNode:
         await self.release.wait()
         return Response([build_reply_frame(frame.request_header())])
 
+    def log_refusal(self, context: ConnectionContext, command: str, reason: str) -> None:
+        pass  # nothing this test refuses
+
 
 def test_connection_stops_reading_at_the_in_flight_limit() -> None:
     trio.run(_stops_reading_at_the_in_flight_limit)

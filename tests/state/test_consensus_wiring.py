@@ -25,7 +25,6 @@ from broker.state.plane import MetadataMachine, authenticate
 from consensus.events import (
     Action,
     AppendToJournal,
-    ClientRequested,
     Event,
     MessageReceived,
     PrepareSynced,
@@ -40,7 +39,7 @@ from consensus.events import (
 )
 from consensus.messages import decode_message, encode_message
 from consensus.replica import Replica
-from consensus.testing import MemoryLog
+from consensus.testing import MemoryLog, client_request
 from sdk import wire
 from sdk.wire.codes import Operation
 
@@ -100,7 +99,7 @@ class Host:
     ) -> ReplyToClient:
         operation, body = encode_command(command)
         # The primary of view 0 in group 0 is replica 0.
-        event = ClientRequested(client_id, session, request, operation, body, 1_000_000 * request)
+        event = client_request(client_id, session, request, operation, body, 1_000_000 * request)
         self._execute(0, self.replicas[0].step(event))
         self.settle()
         found = [r for r in self.replies if r.client_id == client_id and r.request == request]
@@ -140,7 +139,7 @@ def test_metadata_group_answers_iggy_replies_through_consensus(replica_count: in
 
     # A retry of the latest request gets the cached reply and is not applied twice.
     operation, body = encode_command(CreateTopic("orders", "events", 3))
-    retry = ClientRequested(0xC11E, session, 2, operation, body, 5)
+    retry = client_request(0xC11E, session, 2, operation, body, 5)
     host._execute(0, host.replicas[0].step(retry))
     host.settle()
     retried = [r for r in host.replies if r.client_id == 0xC11E and r.request == 2]

@@ -1,0 +1,7 @@
+"""The node core: what a viewstream node decides, as sans-IO code.
+
+Everything here is pure (no trio, sockets, clocks, os or threads), so the runtime and the
+simulator run the same decisions. Modules are named by concept:
+
+- ``identity``: what tells a retried request from another that reuses its number.
+"""
