@@ -85,20 +85,23 @@ def _stored_offset(client: WireClient, stream: str, partition: int) -> int | Non
     return reply.stored_offset
 
 
-def exercise_reused_number(client: WireClient, stream: str) -> None:
+def exercise_reused_number(
+    client: WireClient, stream: str, partition: int = 0, other: int = 1
+) -> None:
     """Batches A and B, a DELETE and a STORE of a consumer offset, all under one request
-    number: each takes effect and gets its own reply; true retries are applied once."""
-    target = (CONSUMER, wire.Identifier(stream), wire.Identifier("t"), 0)
+    number, to ``partition`` of a new topic "t": each takes effect and gets its own reply;
+    true retries are applied once; a send to ``other`` under the number is applied there."""
+    target = (CONSUMER, wire.Identifier(stream), wire.Identifier("t"), partition)
     # A message and an offset first (their own numbers), so the DELETE has something to do.
-    first = client.call_raw(int(CommandCode.SEND_MESSAGES), _send_body(stream, 0, [b"w"]))
+    first = client.call_raw(int(CommandCode.SEND_MESSAGES), _send_body(stream, partition, [b"w"]))
     assert _base_offset(first) == 0
     stored = client.call_raw(
         int(CommandCode.STORE_CONSUMER_OFFSET), wire.StoreConsumerOffset(*target, 0).encode()
     )
     assert stored.reply_header().status == 0
     number = client.request
-    batch_a = _send_body(stream, 0, [b"a1", b"a2"])
-    batch_b = _send_body(stream, 0, [b"b1", b"b2", b"b3"])
+    batch_a = _send_body(stream, partition, [b"a1", b"a2"])
+    batch_b = _send_body(stream, partition, [b"b1", b"b2", b"b3"])
     reply_a = call_as(client, number, CommandCode.SEND_MESSAGES, batch_a)
     reply_b = call_as(client, number, CommandCode.SEND_MESSAGES, batch_b)
     assert (_base_offset(reply_a), _base_offset(reply_b)) == (1, 3)
@@ -107,7 +110,7 @@ def exercise_reused_number(client: WireClient, stream: str) -> None:
     retry_b = call_as(client, number, CommandCode.SEND_MESSAGES, batch_b)
     assert bytes(retry_b.data[wire.HEADER_SIZE :]) == bytes(reply_b.data[wire.HEADER_SIZE :])
     assert retry_b.reply_header().op == reply_b.reply_header().op
-    assert _poll_all(client, stream, 0) == [b"w", b"a1", b"a2", b"b1", b"b2", b"b3"]
+    assert _poll_all(client, stream, partition) == [b"w", b"a1", b"a2", b"b1", b"b2", b"b3"]
 
     deleted = call_as(
         client,
@@ -118,22 +121,22 @@ def exercise_reused_number(client: WireClient, stream: str) -> None:
     assert deleted.reply_header().status == 0
     assert isinstance(wire.read_reply(CommandCode.DELETE_CONSUMER_OFFSET, deleted), wire.Empty)
     assert deleted.reply_header().op not in (reply_a.reply_header().op, reply_b.reply_header().op)
-    assert _stored_offset(client, stream, 0) is None
+    assert _stored_offset(client, stream, partition) is None
 
     store = wire.StoreConsumerOffset(*target, 3).encode()
     stored_again = call_as(client, number, CommandCode.STORE_CONSUMER_OFFSET, store)
     assert stored_again.reply_header().status == 0
-    assert _stored_offset(client, stream, 0) == 3
+    assert _stored_offset(client, stream, partition) == 3
 
     # A retry of B after all of them is still B's duplicate (its reply, its op), and a
     # send to another partition under the same number is applied there.
     late_retry = call_as(client, number, CommandCode.SEND_MESSAGES, batch_b)
     assert late_retry.reply_header().op == reply_b.reply_header().op
     assert _base_offset(late_retry) == 3
-    other = call_as(client, number, CommandCode.SEND_MESSAGES, _send_body(stream, 1, [b"c"]))
-    assert _base_offset(other) == 0
-    assert _poll_all(client, stream, 0) == [b"w", b"a1", b"a2", b"b1", b"b2", b"b3"]
-    assert _poll_all(client, stream, 1) == [b"c"]
+    elsewhere = _send_body(stream, other, [b"c"])
+    assert _base_offset(call_as(client, number, CommandCode.SEND_MESSAGES, elsewhere)) == 0
+    assert _poll_all(client, stream, partition) == [b"w", b"a1", b"a2", b"b1", b"b2", b"b3"]
+    assert _poll_all(client, stream, other) == [b"c"]
 
 
 def test_requests_under_one_number_are_each_applied_and_answered(node: NodeProcess) -> None:
