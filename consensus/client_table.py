@@ -11,8 +11,10 @@ Invariants:
    prepare, every retry looks like a duplicate and the client is locked out. In-flight
    requests are deduplicated against the primary's pipeline instead.
 2. At most ``clients_max`` entries. Eviction is deterministic: the entry whose latest
-   commit is oldest goes (ties by client id, which cannot happen as ops are unique), and
-   ``session_evicted_max`` remembers the highest session ever evicted.
+   commit is oldest goes (ties by client id, which cannot happen as ops are unique), among
+   those whose session the state machine no longer holds when there are any (the
+   metadata group, ``session_live``: a function of committed state, the same on every
+   replica), and ``session_evicted_max`` remembers the highest session ever evicted.
 3. A client whose session is evicted or superseded gets ``SESSION_EVICTED``, never a reply
    computed for another request.
 4. Request numbers belong to the client id, not to one of its sessions. A client numbers
@@ -350,7 +352,7 @@ class ClientTable:
         evicted: ClientEntry | None = None
         if entry is None:
             if len(self.entries) >= self.clients_max:
-                evicted = min(self.entries.values(), key=lambda e: (e.op, e.client_id))
+                evicted = self._eviction_candidate()
                 del self.entries[evicted.client_id]
                 self.session_evicted_max = max(self.session_evicted_max, evicted.session)
             entry = ClientEntry(header.client_id, header.session)
@@ -389,6 +391,19 @@ class ClientTable:
         assert entry.op == header.op
         assert len(self.entries) <= self.clients_max
         return evicted
+
+    def _eviction_candidate(self) -> ClientEntry:
+        """The entry a full table evicts (invariant 2): the oldest whose session the state
+        machine no longer holds, if any, else the oldest. A client that registers without
+        end under new client ids thus pushes out the entries of its own ended sessions, not
+        the entry of another client's live one."""
+        entries = sorted(self.entries.values(), key=lambda e: (e.op, e.client_id))
+        live = self.session_live
+        if live is not None:
+            for entry in entries:
+                if entry.register_reply is None or not live(entry.client_id, entry.session):
+                    return entry
+        return entries[0]
 
     def encode(self) -> bytes:
         """Deterministic bytes: entries sorted by client id."""

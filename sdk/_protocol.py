@@ -41,6 +41,10 @@ Invariants:
    waits between rounds grow exponentially, so retrying never busy-loops.
 6. A reply must echo our client id, the request number and the operation; anything else
    is a protocol fault, and the connection it came on is closed before retrying.
+7. A node serves a session only on a connection that logged in to it. A request refused
+   with Unauthenticated (40) while we hold a session is retried, under the same number,
+   after a login on that node under our client id, which joins the live session there
+   (``_bind``); a write in doubt is never re-sent if that login opened another session.
 """
 
 from __future__ import annotations
@@ -163,6 +167,9 @@ ATTEMPTS_MAX: Final = 64
 """Most attempts (frames written or dials tried) of one call, whatever the deadline."""
 
 PROTOCOL_FAULTS_MAX: Final = 2
+BINDS_PER_ADDRESS_MAX: Final = 2
+"""Logins one call makes on one node to join its session there (a node serves a session
+only on a connection that logged in to it; a reconnect needs another)."""
 """Malformed or mismatched replies tolerated per call before it fails."""
 
 TOPIC_CACHE_ENTRIES_MAX: Final = 1024
@@ -486,6 +493,7 @@ class ClientCore:
         if deadline is None:
             deadline = now + config.retry_deadline_s
         tried: set[NodeAddress] = set()
+        binds: dict[NodeAddress, int] = {}
         rounds = 0
         attempts = 0
         protocol_faults = 0
@@ -562,6 +570,43 @@ class ClientCore:
                     wait = min(self._backoff(rounds), max(0.0, deadline - self._clock()))
                     if wait > 0:
                         yield Sleep(wait)
+                    continue
+                if (
+                    rejection.code == IggyErrorCode.UNAUTHENTICATED
+                    and self.session.logged_in
+                    and self._credentials is not None
+                    and binds.get(address, 0) < BINDS_PER_ADDRESS_MAX
+                ):
+                    # A node serves a session only on a connection that logged in to it:
+                    # this one is new (another node, a reconnect). Log in on it under our
+                    # client id, which joins our live session, then retry here.
+                    previous = self.session.session
+                    try:
+                        session = yield from self._bind(address, deadline)
+                    except TransportError as error:
+                        self.cluster.on_transport_failure(address, self._clock())
+                        tried.add(address)
+                        last = error
+                        continue
+                    except ServerRejected as refused:
+                        if refused.code != IggyErrorCode.TRANSIENT_NOT_ACCEPTED:
+                            raise error_for_code(refused.code) from None
+                        tried.add(address)  # a node behind: another may take it
+                        last = error_for_code(refused.code)
+                        continue
+                    except SessionEvicted as evicted:
+                        yield Disconnect(address)
+                        self.session.session = 0
+                        raise error_for_eviction(evicted.reason) from None
+                    except ProtocolError as error:
+                        yield Disconnect(address)
+                        last = error
+                        continue
+                    binds[address] = binds.get(address, 0) + 1  # a login that got through
+                    if session != previous and uncertain and replicated:
+                        # Our session had ended: the login opened a new one, under which
+                        # a write in doubt is never re-sent.
+                        raise self._session_lost(None) from None
                     continue
                 if (
                     rejection.code == IggyErrorCode.UNAUTHENTICATED
@@ -663,6 +708,34 @@ class ClientCore:
             eviction=reason,
             outcome_unknown=True,
         )
+
+    def _bind(self, address: NodeAddress, deadline: float) -> Step[int]:
+        """Log in on the connection to ``address`` under our client id; the session it
+        answers with (ours while it lives: a repeated register joins it).
+
+        Raises:
+            TransportError, ProtocolError, ServerRejected, SessionEvicted: as an exchange.
+        """
+        assert self._credentials is not None
+        username, password = self._credentials
+        payload = LoginRegister(
+            username,
+            password,
+            sdk_name=self.config.sdk_name,
+            sdk_version=self.config.sdk_version,
+        )
+        frame = _body(CommandCode.LOGIN_REGISTER, payload).frame(self.session.client_id, 0, 0)
+        timeout = max(min(self.config.request_timeout_s, deadline - self._clock()), 0.001)
+        reply = yield Exchange(address, frame, timeout, min(self.config.connect_timeout_s, timeout))
+        assert reply is not None, "a driver answers an exchange with a frame"
+        try:
+            _, answer = self._read(CommandCode.LOGIN_REGISTER, 0, Operation.REGISTER, reply)
+        except _LoginRefused:
+            raise ServerRejected(IggyErrorCode.INVALID_CREDENTIALS) from None
+        login = _expect(answer, LoginRegisterReply)
+        self.session.session = login.session
+        self.session.user_id = login.user_id
+        return login.session
 
     def _register(self, deadline: float | None = None) -> Step[LoginRegisterReply]:
         assert self._credentials is not None

@@ -63,7 +63,8 @@ import ssl
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -114,6 +115,7 @@ from broker.state.metadata import (
 )
 from broker.state.permissions import Action
 from broker.state.plane import (
+    CLIENT_ID_TAKEN_STATUS,
     PartitionRoute,
     PartitionStats,
     change_password_command,
@@ -201,9 +203,13 @@ class ConnectionContext:
 
     address: str
     client_id: int = 0
-    #: The session this connection registered (its login), ended when it closes; other
-    #: connections may carry the same session and leave it alone when they close.
+    #: The session this connection registered (its login opened it), ended when it
+    #: closes; connections that joined the same session leave it alone when they close.
     registered_session: int = 0
+    #: The session this connection may act in: the one its latest login opened or joined
+    #: (a repeated register of a live session of the same user and client id). A request
+    #: under any other session is refused with 40, whoever's it is.
+    bound_session: int = 0
     #: The session this connection acts for in partition requests, once the client
     #: attached it (ATTACH_CONSUMER_SESSION): the session it holds on its coordinator
     #: node, whose consumer-group memberships its polls and offset writes use.
@@ -248,6 +254,8 @@ class Node:
         self.login_throttle = LoginThrottle()
         self._password_checks = trio.CapacityLimiter(PASSWORD_CHECKS_CONCURRENT)
         """Bounds the scrypt work of logins and password changes (``throttle`` docs)."""
+        self._password_hosts: dict[str, trio.Lock] = {}
+        """One login's password check at a time per client host (``_password_host``)."""
         limits = config.limits
         self.disk = DiskGuard(
             self.data_dir,
@@ -809,6 +817,11 @@ class Node:
     ) -> Response | None:
         if header.session == 0:
             return _status(header, ErrorCode.UNAUTHENTICATED, refusal="not logged in (session 0)")
+        if header.session != context.bound_session:
+            # A session is served only on a connection that logged in to it: knowing a
+            # (client id, session) pair is not enough.
+            refusal = "the session was not opened or joined by a login on this connection"
+            return _status(header, ErrorCode.UNAUTHENTICATED, refusal=refusal)
         # A session is the op of its register: wait until this node has applied it, if
         # this node has heard of that op at all (a made-up session is not waited for).
         metadata = self.metadata
@@ -904,22 +917,32 @@ class Node:
             return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
         host = context.address.rpartition(":")[0]
         throttle = self.login_throttle
-        delay = throttle.delay_s(host, trio.current_time())
-        if delay > 0:
-            await trio.sleep(delay)  # this host failed to log in several times lately
-        try:
-            user = machine.state.user(login.username)
-        except StateError:
-            throttle.failed(host, trio.current_time())
-            return _evict(header.client, EvictionReason.INVALID_CREDENTIALS)
-        # scrypt costs tens of milliseconds of CPU: off the event loop, one at a time.
-        valid = await self._check_password(user.password, login.password)
-        if not valid:
-            throttle.failed(host, trio.current_time())
-            return _evict(header.client, EvictionReason.INVALID_CREDENTIALS)
+        async with self._password_host(host):
+            # One login of a host at a time waits out the host's delay and checks its
+            # password, so a flood from one address holds one check and one delay.
+            delay = throttle.delay_s(host, trio.current_time())
+            if delay > 0:
+                await trio.sleep(delay)  # this host failed to log in several times lately
+            try:
+                user = machine.state.user(login.username)
+            except StateError:
+                throttle.failed(host, trio.current_time())
+                return _evict(header.client, EvictionReason.INVALID_CREDENTIALS)
+            # scrypt costs tens of milliseconds of CPU: off the event loop, one at a time.
+            valid = await self._check_password(user.password, login.password)
+            if not valid:
+                throttle.failed(host, trio.current_time())
+                return _evict(header.client, EvictionReason.INVALID_CREDENTIALS)
         throttle.succeeded(host)
         if user.status != UserStatus.ACTIVE:
             return _evict(header.client, EvictionReason.USER_INACTIVE)
+        held = machine.state.session_of_client(header.client)
+        if held is not None and held.user_id != user.id:
+            # A client id is its user's: another user's login never takes it over.
+            return _evict(
+                header.client, EvictionReason.SESSION_ERROR, "the client id is another user's"
+            )
+        known_before = self.metadata.known_op
         outcome = await self._submit(
             self.metadata,
             header,
@@ -937,9 +960,32 @@ class Node:
                 )
                 return _evict(header.client, reason)
             context.client_id = header.client
-            context.registered_session = outcome.op
+            context.bound_session = outcome.op
+            # A login that repeated the register of a live session joins it (its op is
+            # one this replica knew of before: a new register's op comes after), and the
+            # connection that opened it ends it when it closes, not this one.
+            if outcome.op > known_before:
+                context.registered_session = outcome.op
             context.seen[METADATA_GROUP] = outcome.op
+        elif isinstance(outcome, Refused) and outcome.status == CLIENT_ID_TAKEN_STATUS:
+            return _evict(
+                header.client, EvictionReason.SESSION_ERROR, "the client id is another user's"
+            )
         return self._answer(context, self.metadata, header, outcome)
+
+    @asynccontextmanager
+    async def _password_host(self, host: str) -> AsyncIterator[None]:
+        """Hold ``host``'s turn at password checks (one at a time per host); the lock is
+        forgotten once nobody holds or awaits it, so memory follows the hosts logging in."""
+        lock = self._password_hosts.get(host)
+        if lock is None:
+            lock = self._password_hosts[host] = trio.Lock()
+        try:
+            async with lock:
+                yield
+        finally:
+            if not lock.locked() and lock.statistics().tasks_waiting == 0:
+                self._password_hosts.pop(host, None)
 
     async def _submit(
         self,
@@ -1039,6 +1085,7 @@ class Node:
             outcome = await self._submit(self.metadata, header, checksum, *encode_command(command))
             if code is CommandCode.LOGOUT_USER and isinstance(outcome, Replied):
                 context.registered_session = 0
+                context.bound_session = 0
             return self._answer(context, self.metadata, header, outcome)
         if code is CommandCode.SEND_MESSAGES:
             assert isinstance(payload, wire.SendMessages)
@@ -1308,6 +1355,9 @@ class Node:
         failure = await self._check_session(context, header)
         if failure is not None:
             return failure
+        denied = self._state().permits(header.session, Action.READ_SERVERS)
+        if denied is not None:
+            return _status(header, int(denied))
         report = self.runtime_report()
         body = json.dumps({"node": report.node, "groups": report.groups}).encode()
         return _reply(header, body, replica=self.replica_index)

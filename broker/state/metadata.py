@@ -75,6 +75,9 @@ PARTITIONS_PER_TOPIC_MAX = 100_000
 PARTITIONS_TOTAL_MAX = 100_000
 USERS_MAX = 10_000
 SESSIONS_MAX = 8_192
+#: Sessions one user holds at most: a login beyond it ends that user's oldest session,
+#: never another user's. A fixed bound, not a setting: every replica must agree on it.
+SESSIONS_PER_USER_MAX = 1_024
 CONSUMER_GROUPS_PER_TOPIC_MAX = 4_096
 NAME_SIZE_BYTES_MAX = 255
 USERNAME_LENGTH_MIN = 3
@@ -585,6 +588,8 @@ class MetadataState:
         self._root_user_id: int | None = None
         self._sessions: dict[int, _Session] = {}
         self._session_by_client: dict[int, int] = {}
+        # user id -> that user's sessions, oldest first (an index over ``_sessions``).
+        self._user_sessions: dict[int, dict[int, None]] = {}
         self._next_session_number = 0
         self._partitions_total = 0
         self._handlers: dict[type, Callable[[Any, ApplyContext], MetadataResult]] = {
@@ -1010,17 +1015,34 @@ class MetadataState:
         assert ctx.op not in self._sessions, "an op opens at most one session"
         previous = self._session_by_client.get(cmd.client_id)
         if previous is not None:
+            if self._sessions[previous].user_id != user.id:
+                # The primary refuses this before it enters the log; a log written by a
+                # build that did not is refused here, so the owner keeps its session.
+                raise StateError(ErrorCode.UNAUTHORIZED, "the client id is another user's")
             self._drop_session(previous)
-        if len(self._sessions) >= SESSIONS_MAX:
-            # Evict the oldest session, the same deterministic choice on every replica.
-            self._drop_session(min(self._sessions))
+        self._make_room_for_session(user.id)
         session = _Session(
             ctx.op, cmd.client_id, user.id, self._next_session_number, ctx.timestamp_us
         )
         self._next_session_number = (self._next_session_number + 1) & U32_MAX
         self._sessions[session.session] = session
         self._session_by_client[session.client_id] = session.session
+        self._user_sessions.setdefault(user.id, {})[session.session] = None
         return Registered(user_id=user.id, session=session.session)
+
+    def _make_room_for_session(self, user_id: int) -> None:
+        """End a session if a new one of ``user_id`` would exceed a bound: the user's own
+        oldest beyond ``SESSIONS_PER_USER_MAX``; with every slot taken, the oldest session
+        of the user holding the most (ties: the lowest user id), so a user that logs in
+        without end only ever ends its own sessions, or those of a user holding more.
+        The same deterministic choice on every replica."""
+        held = self._user_sessions
+        own = held.get(user_id, {})
+        if len(own) >= SESSIONS_PER_USER_MAX:
+            self._drop_session(next(iter(own)))
+        elif len(self._sessions) >= SESSIONS_MAX:
+            heaviest = max(sorted(held), key=lambda u: (len(held[u]), -u))
+            self._drop_session(next(iter(held[heaviest])))
 
     def _logout(self, cmd: Logout, ctx: ApplyContext) -> MetadataResult:
         del cmd
@@ -1039,6 +1061,10 @@ class MetadataState:
         """End ``session``: forget it and remove it from every consumer group."""
         found = self._sessions.pop(session)
         del self._session_by_client[found.client_id]
+        own = self._user_sessions[found.user_id]
+        del own[session]
+        if not own:
+            del self._user_sessions[found.user_id]
         for stream_id in sorted(self._streams):
             stream = self._streams[stream_id]
             for topic_id in sorted(stream.topics):
@@ -1329,6 +1355,9 @@ class MetadataState:
             )
             state._sessions[session.session] = session
             state._session_by_client[session.client_id] = session.session
+        for number in sorted(state._sessions):
+            user_id = state._sessions[number].user_id
+            state._user_sessions.setdefault(user_id, {})[number] = None
         return state
 
     # -- invariants -----------------------------------------------------------------------
@@ -1365,6 +1394,15 @@ class MetadataState:
             problems.append("too many sessions")
         if sorted(self._session_by_client.values()) != sorted(self._sessions):
             problems.append("client index disagrees with sessions")
+        by_user = sorted(s for own in self._user_sessions.values() for s in own)
+        if by_user != sorted(self._sessions):
+            problems.append("user index disagrees with sessions")
+        for user_id in sorted(self._user_sessions):
+            own = list(self._user_sessions[user_id])
+            if not own or own != sorted(own) or len(own) > SESSIONS_PER_USER_MAX:
+                problems.append(f"user {user_id}'s sessions are out of order or too many")
+            elif any(self._sessions[s].user_id != user_id for s in own):
+                problems.append(f"user {user_id}'s index names another user's session")
         for session_no in sorted(self._sessions):
             session = self._sessions[session_no]
             if self._session_by_client.get(session.client_id) != session_no:

@@ -120,6 +120,9 @@ PARTITION_SEGMENTS_AT_CREATION: Final = 1
 """A new partition reports one (empty, active) segment, as Iggy does."""
 
 NOT_FOUND: Final = b""
+CLIENT_ID_TAKEN_STATUS: Final = ErrorCode.UNAUTHORIZED
+"""The status a register gets, before it enters the log, when its client id holds a live
+session of another user; the node answers the client with Iggy's eviction (SessionError)."""
 """The reply body of a read whose object does not exist."""
 
 
@@ -546,8 +549,26 @@ class MetadataMachine:
         self, op: int, operation: int, body: bytes, timestamp_us: int, frontier: int
     ) -> Prepared:
         """Metadata bodies are final when proposed: the runtime has already decoded the
-        request, checked it and drawn any salt, so the body passes through unchanged."""
-        del op, operation, timestamp_us
+        request, checked it and drawn any salt, so the body passes through unchanged.
+
+        One check is made here, on the primary against committed state, so that it never
+        enters the log: a register of a client id that holds a live session of another
+        user is refused (``CLIENT_ID_TAKEN_STATUS``). Committed, even as a rejection, it
+        would move the client table's entry of that client id to a new session and so
+        evict the owner.
+
+        Raises:
+            RequestRejected: the register would take over another user's client id.
+        """
+        del op, timestamp_us
+        if operation == Operation.REGISTER:
+            command = decode_command(operation, body)
+            assert isinstance(command, Register)
+            held = self.state.session_of_client(command.client_id)
+            if held is not None and held.user_id != command.user_id:
+                raise RequestRejected(
+                    int(CLIENT_ID_TAKEN_STATUS), "the client id holds another user's session"
+                )
         return Prepared(body=body, frontier=frontier)
 
     def apply(self, prepare: Prepare) -> bytes:
