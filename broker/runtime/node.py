@@ -63,8 +63,7 @@ import ssl
 import struct
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -97,7 +96,7 @@ from broker.runtime.group import (
 )
 from broker.runtime.stats import NodeCounters, StatsReport, group_report
 from broker.runtime.store import remove_group_dir
-from broker.runtime.throttle import PASSWORD_CHECKS_CONCURRENT, LoginThrottle
+from broker.runtime.throttle import PASSWORD_CHECKS_CONCURRENT, HostTurns, LoginThrottle
 from broker.state.codec import encode_command
 from broker.state.credentials import PasswordHash, hash_password, verify_password
 from broker.state.errors import ErrorCode, StateError
@@ -254,8 +253,8 @@ class Node:
         self.login_throttle = LoginThrottle()
         self._password_checks = trio.CapacityLimiter(PASSWORD_CHECKS_CONCURRENT)
         """Bounds the scrypt work of logins and password changes (``throttle`` docs)."""
-        self._password_hosts: dict[str, trio.Lock] = {}
-        """One login's password check at a time per client host (``_password_host``)."""
+        self._password_turns = HostTurns()
+        """One login's password check at a time per client host (``throttle`` docs)."""
         limits = config.limits
         self.disk = DiskGuard(
             self.data_dir,
@@ -917,7 +916,7 @@ class Node:
             return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
         host = context.address.rpartition(":")[0]
         throttle = self.login_throttle
-        async with self._password_host(host):
+        async with self._password_turns.turn(host):
             # One login of a host at a time waits out the host's delay and checks its
             # password, so a flood from one address holds one check and one delay.
             delay = throttle.delay_s(host, trio.current_time())
@@ -972,20 +971,6 @@ class Node:
                 header.client, EvictionReason.SESSION_ERROR, "the client id is another user's"
             )
         return self._answer(context, self.metadata, header, outcome)
-
-    @asynccontextmanager
-    async def _password_host(self, host: str) -> AsyncIterator[None]:
-        """Hold ``host``'s turn at password checks (one at a time per host); the lock is
-        forgotten once nobody holds or awaits it, so memory follows the hosts logging in."""
-        lock = self._password_hosts.get(host)
-        if lock is None:
-            lock = self._password_hosts[host] = trio.Lock()
-        try:
-            async with lock:
-                yield
-        finally:
-            if not lock.locked() and lock.statistics().tasks_waiting == 0:
-                self._password_hosts.pop(host, None)
 
     async def _submit(
         self,

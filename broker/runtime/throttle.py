@@ -13,6 +13,11 @@ oracle at the speed of the hardware. Two bounds, both in the node:
    ``FORGET_AFTER_S`` after its host's last failure. At most ``HOSTS_MAX`` hosts are
    remembered, the least recently failed forgotten first, so memory is bounded.
 
+3. One login of a host at a time waits out that host's delay and checks its password
+   (``HostTurns``), before it joins the node-wide queue of bound 1. However many
+   connections one address opens, it holds one place in that queue, so a login from
+   another address waits for at most one check of the flooding address before its own.
+
 The wait is per host, not per user: a flood cannot lock a user out from other
 addresses, and a user behind the attacker's address waits at most ``MAX_DELAY_S`` per
 attempt. The clock is the caller's (``trio.current_time()``), so the rules are pure.
@@ -21,8 +26,12 @@ attempt. The clock is the caller's (``trio.current_time()``), so the rules are p
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Final
+
+import trio
 
 PASSWORD_CHECKS_CONCURRENT: Final = 1
 FREE_FAILURES: Final = 3
@@ -72,3 +81,26 @@ class LoginThrottle:
 
     def __len__(self) -> int:
         return len(self._hosts)
+
+
+class HostTurns:
+    """One turn at a time per client host (invariant 3); a host's lock is forgotten once
+    nobody holds or awaits it, so memory follows the hosts logging in right now."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, trio.Lock] = {}
+
+    @asynccontextmanager
+    async def turn(self, host: str) -> AsyncIterator[None]:
+        lock = self._locks.get(host)
+        if lock is None:
+            lock = self._locks[host] = trio.Lock()
+        try:
+            async with lock:
+                yield
+        finally:
+            if not lock.locked() and lock.statistics().tasks_waiting == 0:
+                self._locks.pop(host, None)
+
+    def __len__(self) -> int:
+        return len(self._locks)

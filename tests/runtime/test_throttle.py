@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+import trio
+import trio.testing
 
 from broker.runtime import throttle
 from broker.runtime.throttle import (
@@ -10,6 +12,7 @@ from broker.runtime.throttle import (
     FORGET_AFTER_S,
     FREE_FAILURES,
     MAX_DELAY_S,
+    HostTurns,
     LoginThrottle,
 )
 
@@ -47,3 +50,48 @@ def test_memory_is_bounded_by_forgetting_the_least_recently_failed(
             rules.failed(f"h{index}", float(index))
     assert len(rules) == 3
     assert rules.delay_s("h0", 5.0) == 0.0 and rules.delay_s("h4", 5.0) > 0.0
+
+
+CHECK_S = 0.05  # one password check, in the mock clock's seconds
+FLOOD = 150
+
+
+async def _login_wait_behind_a_flood(per_host_turns: bool) -> float:
+    """How long a login from host "y" takes, arriving while host "x" floods with ``FLOOD``
+    parallel logins, each a check under the node-wide bound of one."""
+    turns = HostTurns()
+    checks = trio.CapacityLimiter(1)
+
+    async def login(host: str) -> None:
+        if per_host_turns:
+            async with turns.turn(host), checks:
+                await trio.sleep(CHECK_S)
+        else:
+            async with checks:
+                await trio.sleep(CHECK_S)
+
+    took = 0.0
+
+    async def other_host() -> None:
+        nonlocal took
+        await trio.sleep(CHECK_S / 2)  # the flood is under way
+        started = trio.current_time()
+        await login("y")
+        took = trio.current_time() - started
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(FLOOD):
+            nursery.start_soon(login, "x")
+        nursery.start_soon(other_host)
+    assert len(turns) == 0  # every host's turn forgotten once nobody waits
+    return took
+
+
+def test_a_flood_from_one_host_delays_another_hosts_login_by_one_check_at_most() -> None:
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    took = trio.run(_login_wait_behind_a_flood, True, clock=clock)
+    assert took <= 2 * CHECK_S  # the flood's check in progress, then its own
+    # Without a turn per host the other host queues behind the whole flood.
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    unfair = trio.run(_login_wait_behind_a_flood, False, clock=clock)
+    assert unfair >= (FLOOD - 1) * CHECK_S
