@@ -177,6 +177,17 @@ SALT_SIZE_BYTES: Final = 16
 POLL_RESYNC_PARTITION: Final = 0xFFFF_FFFF
 """A poll reply for this partition id tells a consumer-group member to re-sync."""
 TRANSPORT_TCP: Final = 1
+_OPTIONS_COMMANDS: Final = frozenset(
+    {
+        CommandCode.CREATE_USER,
+        CommandCode.UPDATE_USER,
+        CommandCode.CREATE_STREAM,
+        CommandCode.UPDATE_STREAM,
+        CommandCode.CREATE_TOPIC,
+        CommandCode.UPDATE_TOPIC,
+    }
+)
+"""Commands whose body ends in an options block that must fill it (``docs/protocol.md``)."""
 
 
 def now_us() -> int:
@@ -788,6 +799,10 @@ class Node:
         except ProtocolError as error:
             if code is CommandCode.LOGIN_REGISTER:
                 return _evict(header.client, EvictionReason.MALFORMED_LOGIN)
+            if error.code is IggyErrorCode.INVALID_COMMAND and code in _OPTIONS_COMMANDS:
+                # A malformed options block (trailing bytes read as options): Iggy answers
+                # it as a business error and keeps the connection.
+                return _status(header, int(error.code), refusal=f"bad options: {error.reason}")
             return _protocol_failure(header, error)
         if not stamped_checksum_valid(header.request_checksum, frame.body):
             return _status(

@@ -18,6 +18,11 @@ Invariants:
    ``memoryview`` slices of that buffer.
 4. Server policy (which request headers are admissible, whether a batch verifies)
    is in separate functions, so the client uses the same parsers.
+5. The server reads a request as Iggy's server does: every field validated, then any
+   bytes after the last field ignored (``CommandSpec.decode_request``,
+   ``read_request``), except where the last field runs to the end of the body (an
+   options block, a send's batch). Replies, and every payload's own ``decode``, are
+   strict: the client never accepts bytes it did not expect.
 
 Theory of operation, both directions of one connection::
 

@@ -9,6 +9,11 @@ Invariants:
    first and raises :class:`ProtocolError` instead of ``struct.error``/``IndexError``.
 2. :class:`Reader.take` returns a ``memoryview`` slice, never a copy.
 3. :class:`Writer` only appends; its result is the bytes in order of the calls.
+4. Strictness is the caller's: a reader never looks past what it was asked for, so a
+   decoder that stops after its last field leaves any trailing bytes unread, and
+   :meth:`Reader.finish` (:func:`read_whole`) is what refuses them. Strict decoders
+   (every reply, the canonical ``decode`` of every request) end with it; the server's
+   request decoding does not (``commands.CommandSpec.decode_request``).
 
 The message-batch hot path does not use these (it unpacks precompiled structs at
 precomputed offsets, see ``batch.py``); they serve the small metadata payloads.
@@ -17,12 +22,13 @@ precomputed offsets, see ``batch.py``); they serve the small metadata payloads.
 from __future__ import annotations
 
 import struct
-from typing import Final, TypeAlias
+from collections.abc import Callable
+from typing import Final, TypeAlias, TypeVar
 
 from sdk.wire.codes import IggyErrorCode
 from sdk.wire.errors import ProtocolError
 
-__all__ = ["Buffer", "Reader", "Writer", "as_byte_view"]
+__all__ = ["Buffer", "Reader", "Writer", "as_byte_view", "read_whole"]
 
 Buffer: TypeAlias = bytes | bytearray | memoryview
 """Anything the codec accepts as input bytes."""
@@ -119,9 +125,25 @@ class Reader:
         return self.take(self._end - self._pos)
 
     def finish(self, what: str) -> None:
-        """Refuse trailing bytes: a payload is the whole body, never a prefix of it."""
+        """Refuse trailing bytes: for a strict decoder a payload is the whole body, never
+        a prefix of it."""
         if self._pos != self._end:
             raise ProtocolError(f"{what}: {self._end - self._pos} trailing bytes")
+
+
+_T = TypeVar("_T")
+
+
+def read_whole(body: Buffer, read: Callable[[Reader], _T], what: str) -> _T:
+    """``read`` over all of ``body``, which it must consume exactly: strict decoding.
+
+    Raises:
+        ProtocolError: what ``read`` raises, or trailing bytes after what it read.
+    """
+    reader = Reader(body)
+    value = read(reader)
+    reader.finish(what)
+    return value
 
 
 class Writer:

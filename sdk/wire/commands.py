@@ -20,6 +20,23 @@ Invariants:
 4. :func:`read_reply` turns an eviction into :class:`SessionEvicted`, a non-zero status
    or a rejecting result section into :class:`ServerRejected`, and anything malformed
    into :class:`ProtocolError`.
+5. Requests are decoded as Iggy's server decodes them, replies strictly.
+   :meth:`CommandSpec.decode_request` (and :func:`read_request`) read every field of a
+   request, validated as strictly as the payload's ``decode`` does, then ignore any
+   bytes after the last one; a no-payload command ignores its whole body. A request
+   whose last field runs to the end of the body has nothing left to ignore: bytes
+   appended to an options block (CREATE/UPDATE of a user, stream or topic) are parsed
+   as options and refused with ``INVALID_COMMAND`` unless well-formed, and a send's
+   batch must fill the body (``INVALID_FORMAT``). Replies, and the payload types'
+   own ``decode``, refuse trailing bytes: the SDK's reading of a server stays strict.
+
+Theory of operation, trailing bytes: each request type has ``read(reader)``, the one
+parser of its fields, which stops after its last field; its strict ``decode`` is
+``read`` plus :meth:`Reader.finish`. The server's entry point is ``read`` alone, so the
+two can never disagree about a field, and what the server accepts is always a canonical
+encoding followed by bytes nobody looked at. Two entry points rather than a ``strict``
+flag: the question "may this body carry more?" is answered by who is reading (a server
+reading a request, or a client reading a reply), never per call.
 
 Sources: apache/iggy ``core/binary_protocol/src/consensus/reply_result.rs``,
 ``consensus/operation.rs`` (``is_result_framed``), ``core/sdk/src/vsr.rs`` (client
@@ -28,7 +45,6 @@ decode order) and ``core/metadata/src/stm/result.rs`` (server encode).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
@@ -226,10 +242,24 @@ class CommandSpec:
     reply: type[ReplyPayload]
     reply_optional: bool = False
 
-    @property
-    def decode_request(self) -> Callable[[Buffer], RequestPayload]:
-        """The request decoder."""
-        return self.request.decode
+    def decode_request(self, body: Buffer) -> RequestPayload:
+        """A request body decoded as a server decodes it: trailing bytes ignored.
+
+        Every field is read and validated exactly as ``self.request.decode`` does;
+        only then are the bytes after the last field ignored, as Iggy's server ignores
+        them (its Node SDK appends a ``partitions_count`` u32 to DELETE_TOPIC). A
+        command with no payload ignores its whole body. Where the last field runs to
+        the end of the body (an options block, a send's batch) there is nothing left
+        to ignore, so bytes appended there are refused as that field's malformation.
+        ``self.request.decode`` stays the strict, canonical decoder.
+
+        Raises:
+            ProtocolError: a field is malformed or missing.
+        """
+        request = self.request
+        if issubclass(request, Empty):
+            return Empty()  # never read, as Iggy's server never reads these bodies
+        return request.read(Reader(body))
 
     def decode_reply(self, body: Buffer) -> ReplyPayload | None:
         """The reply payload of a body whose result section is already stripped;
@@ -337,7 +367,8 @@ def request_command_code(header: RequestHeader) -> CommandCode:
 
 
 def read_request(frame: Frame) -> tuple[RequestHeader, CommandCode, RequestPayload]:
-    """Parse a request frame: its header, command and typed payload.
+    """Parse a request frame as a server does: its header, command and typed payload
+    (trailing bytes ignored, see :meth:`CommandSpec.decode_request`).
 
     Server admission rules are separate (``header.validate_request_header``), and so
     is the batch check of a send (:func:`verify_send_messages`).

@@ -11,8 +11,16 @@ Invariants (as for every payload module):
    ``body`` exactly.
 2. Decoders raise :class:`ProtocolError` only; encoders raise ``ValueError``.
 3. Decoding a send does not verify its batch (``verify_send_messages`` does, once,
-   on the server); decoding a poll reply checks every record's layout but passes the
-   stored checksums through, as Iggy does.
+   on the server); it only checks that the batch fills the body: bytes after the
+   batch's ``batch_length`` are refused. Decoding a poll reply checks every record's
+   layout but passes the stored checksums through, as Iggy does.
+4. A request type's ``read(reader)`` reads and validates every field from the front of
+   a reader and leaves what follows unread; ``decode`` is ``read`` plus a refusal of
+   trailing bytes. The server reads requests with ``read`` alone (Iggy's server ignores
+   trailing bytes). SEND_MESSAGES is the exception: its batch runs to the end of the
+   body and must fill it exactly. Iggy's server drops such a send without a reply; we
+   refuse it with ``INVALID_FORMAT`` (4), the code the batch check gives a batch whose
+   length disagrees with its bytes.
 
 Sources: apache/iggy ``core/binary_protocol/src/requests/messages/*.rs``,
 ``requests/consumer_offsets/*.rs``, ``responses/messages/*.rs``,
@@ -22,11 +30,12 @@ Sources: apache/iggy ``core/binary_protocol/src/requests/messages/*.rs``,
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Self
 
-from sdk.wire._buffer import Buffer, Reader, Writer
+from sdk.wire._buffer import Buffer, Reader, Writer, read_whole
 from sdk.wire._payload import bool_flag, check_count, closed_enum
 from sdk.wire.batch import (
     BATCH_HEADER_SIZE,
@@ -77,6 +86,13 @@ __all__ = [
 
 # --- messages ----------------------------------------------------------------------
 
+_BATCH_LENGTH: Final = struct.Struct(
+    "<"
+    "32x"  # 0   partition_id, base_offset, base_timestamp, origin_timestamp
+    "Q"  # 32  batch_length: u64, 256 + the frames' bytes (batch.BATCH_HEADER)
+)
+assert _BATCH_LENGTH.size == 40 <= BATCH_HEADER_SIZE
+
 
 def _send_metadata(
     stream_id: Identifier, topic_id: Identifier, partitioning: Partitioning, count: int
@@ -114,9 +130,16 @@ class SendMessages:
         return prefix + bytes(self.batch)
 
     @classmethod
-    def decode(cls, body: Buffer) -> Self:
-        """Parse the request body; the batch is a view of ``body``."""
-        reader = Reader(body)
+    def read(cls, reader: Reader) -> Self:
+        """Read the request; the batch is the rest of the reader, a view of its bytes.
+
+        The batch must fill the body: bytes after its ``batch_length`` are refused, not
+        ignored (a shorter body is left to :func:`verify_send_messages`).
+
+        Raises:
+            ProtocolError: ``INVALID_COMMAND`` for a metadata length that disagrees or
+                a body without a batch header; ``INVALID_FORMAT`` for trailing bytes.
+        """
         metadata_length = reader.u32()
         start = reader.position
         stream_id = decode_identifier(reader)
@@ -131,7 +154,19 @@ class SendMessages:
         batch = reader.rest()
         if len(batch) < BATCH_HEADER_SIZE:
             raise ProtocolError("send body without a batch", IggyErrorCode.INVALID_COMMAND)
+        batch_length: int = _BATCH_LENGTH.unpack_from(batch)[0]
+        if BATCH_HEADER_SIZE <= batch_length < len(batch):
+            raise ProtocolError(
+                f"send body: {len(batch) - batch_length} trailing bytes after its "
+                f"{batch_length}-byte batch",
+                IggyErrorCode.INVALID_FORMAT,
+            )
         return cls(stream_id, topic_id, partitioning, messages_count, batch)
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse exactly the request body; the batch is a view of ``body``."""
+        return read_whole(body, cls.read, "send messages")
 
 
 def build_send_messages(
@@ -241,9 +276,8 @@ class PollMessages:
         return writer.getvalue()
 
     @classmethod
-    def decode(cls, body: Buffer) -> Self:
-        """Parse the request body."""
-        reader = Reader(body)
+    def read(cls, reader: Reader) -> Self:
+        """Read the request; what follows ``auto_commit`` is left unread."""
         consumer = decode_consumer(reader)
         stream_id = decode_identifier(reader)
         topic_id = decode_identifier(reader)
@@ -251,8 +285,12 @@ class PollMessages:
         strategy = decode_polling_strategy(reader)
         count = reader.u32()
         auto_commit = bool_flag(reader.u8(), "auto_commit")
-        reader.finish("poll messages")
         return cls(consumer, stream_id, topic_id, partition_id, strategy, count, auto_commit)
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "poll messages")
 
 
 _POLL_PREFIX_BYTES: Final = 16
@@ -342,17 +380,19 @@ class GetConsumerOffset:
         return writer.getvalue()
 
     @classmethod
-    def decode(cls, body: Buffer) -> Self:
-        """Parse the request body."""
-        reader = Reader(body)
-        value = cls(
+    def read(cls, reader: Reader) -> Self:
+        """Read the request; what follows the partition is left unread."""
+        return cls(
             decode_consumer(reader),
             decode_identifier(reader),
             decode_identifier(reader),
             decode_partition_flag(reader),
         )
-        reader.finish("get consumer offset")
-        return value
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "get consumer offset")
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,10 +417,9 @@ class StoreConsumerOffset:
         return writer.getvalue()
 
     @classmethod
-    def decode(cls, body: Buffer) -> Self:
-        """Parse the request body."""
-        reader = Reader(body)
-        value = cls(
+    def read(cls, reader: Reader) -> Self:
+        """Read the request; what follows the ack byte is left unread."""
+        return cls(
             decode_consumer(reader),
             decode_identifier(reader),
             decode_identifier(reader),
@@ -388,8 +427,11 @@ class StoreConsumerOffset:
             reader.u64(),
             closed_enum(AckLevel, reader.u8(), "ack level"),
         )
-        reader.finish("store consumer offset")
-        return value
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "store consumer offset")
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,18 +454,20 @@ class DeleteConsumerOffset:
         return writer.getvalue()
 
     @classmethod
-    def decode(cls, body: Buffer) -> Self:
-        """Parse the request body."""
-        reader = Reader(body)
-        value = cls(
+    def read(cls, reader: Reader) -> Self:
+        """Read the request; what follows the ack byte is left unread."""
+        return cls(
             decode_consumer(reader),
             decode_identifier(reader),
             decode_identifier(reader),
             decode_partition_flag(reader),
             closed_enum(AckLevel, reader.u8(), "ack level"),
         )
-        reader.finish("delete consumer offset")
-        return value
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "delete consumer offset")
 
 
 def _write_offset_target(

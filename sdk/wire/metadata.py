@@ -11,12 +11,19 @@ Invariants (as for every payload module):
    ``partitions_count``, ``members_count``) drive decoding and must equal the number
    of elements given to the encoder.
 2. Decoders raise :class:`ProtocolError` only; encoders raise ``ValueError``.
+3. A request type's ``read(reader)`` reads and validates every field from the front of
+   a reader and leaves what follows unread; ``decode`` is ``read`` plus a refusal of
+   trailing bytes. The server reads requests with ``read`` alone (Iggy's server ignores
+   trailing bytes). A create or update request ends with an options block that runs to
+   the end of the body, so its ``read`` consumes everything: bytes appended to it are
+   read as options, and refused with ``INVALID_COMMAND`` unless they are well-formed.
 
 Theory of operation: requests name their objects with identifiers (``StreamRef``,
 ``TopicRef``, ``GroupRef`` serve every command whose body is just identifiers).
 Create and update requests end with an options block that runs to the end of the
-body; replies carry options behind a u32 length. CREATE_STREAM, CREATE_TOPIC and
-CREATE_CONSUMER_GROUP answer with the same details payload as the matching GET.
+body (``primitives.read_request_options``); replies carry options behind a u32 length.
+CREATE_STREAM, CREATE_TOPIC and CREATE_CONSUMER_GROUP answer with the same details
+payload as the matching GET.
 
 Sources: apache/iggy ``core/binary_protocol/src/requests/{streams,topics,partitions,
 consumer_groups}/*.rs`` and ``responses/**`` of the same names, and the reply types
@@ -28,19 +35,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Self
 
-from sdk.wire._buffer import Buffer, Reader, Writer
+from sdk.wire._buffer import Buffer, Reader, Writer, read_whole
 from sdk.wire._payload import check_count
 from sdk.wire.primitives import (
     Identifier,
     OptionEntry,
     decode_identifier,
     decode_name,
-    decode_options,
     decode_options_prefixed,
     encode_identifier,
     encode_name,
     encode_options,
     encode_options_prefixed,
+    read_request_options,
 )
 
 __all__ = [
@@ -84,12 +91,14 @@ class StreamRef:
         return writer.getvalue()
 
     @classmethod
+    def read(cls, reader: Reader) -> Self:
+        """Read the identifier; what follows is left unread."""
+        return cls(decode_identifier(reader))
+
+    @classmethod
     def decode(cls, body: Buffer) -> Self:
-        """Parse the request body."""
-        reader = Reader(body)
-        value = cls(decode_identifier(reader))
-        reader.finish("stream reference")
-        return value
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "stream reference")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,12 +116,15 @@ class TopicRef:
         return writer.getvalue()
 
     @classmethod
+    def read(cls, reader: Reader) -> Self:
+        """Read the two identifiers; what follows is left unread (the Node SDK appends a
+        ``partitions_count`` u32 to DELETE_TOPIC)."""
+        return cls(decode_identifier(reader), decode_identifier(reader))
+
+    @classmethod
     def decode(cls, body: Buffer) -> Self:
-        """Parse the request body."""
-        reader = Reader(body)
-        value = cls(decode_identifier(reader), decode_identifier(reader))
-        reader.finish("topic reference")
-        return value
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "topic reference")
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,12 +144,14 @@ class GroupRef:
         return writer.getvalue()
 
     @classmethod
+    def read(cls, reader: Reader) -> Self:
+        """Read the three identifiers; what follows is left unread."""
+        return cls(decode_identifier(reader), decode_identifier(reader), decode_identifier(reader))
+
+    @classmethod
     def decode(cls, body: Buffer) -> Self:
-        """Parse the request body."""
-        reader = Reader(body)
-        value = cls(decode_identifier(reader), decode_identifier(reader), decode_identifier(reader))
-        reader.finish("consumer group reference")
-        return value
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "consumer group reference")
 
 
 # --- streams -----------------------------------------------------------------------
@@ -158,11 +172,15 @@ class CreateStream:
         return writer.getvalue()
 
     @classmethod
-    def decode(cls, body: Buffer) -> Self:
-        """Parse the request body."""
-        reader = Reader(body)
+    def read(cls, reader: Reader) -> Self:
+        """Read the request; the options block consumes the rest of the reader."""
         name = decode_name(reader)
-        return cls(name, decode_options(reader.rest()))
+        return cls(name, read_request_options(reader))
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "create stream")
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,12 +200,16 @@ class UpdateStream:
         return writer.getvalue()
 
     @classmethod
-    def decode(cls, body: Buffer) -> Self:
-        """Parse the request body."""
-        reader = Reader(body)
+    def read(cls, reader: Reader) -> Self:
+        """Read the request; the options block consumes the rest of the reader."""
         stream_id = decode_identifier(reader)
         name = decode_name(reader)
-        return cls(stream_id, name, decode_options(reader.rest()))
+        return cls(stream_id, name, read_request_options(reader))
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "update stream")
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,13 +393,17 @@ class CreateTopic:
         return writer.getvalue()
 
     @classmethod
-    def decode(cls, body: Buffer) -> Self:
-        """Parse the request body."""
-        reader = Reader(body)
+    def read(cls, reader: Reader) -> Self:
+        """Read the request; the options block consumes the rest of the reader."""
         stream_id = decode_identifier(reader)
         partitions_count = reader.u32()
         name = decode_name(reader)
-        return cls(stream_id, partitions_count, name, decode_options(reader.rest()))
+        return cls(stream_id, partitions_count, name, read_request_options(reader))
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "create topic")
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,13 +425,17 @@ class UpdateTopic:
         return writer.getvalue()
 
     @classmethod
-    def decode(cls, body: Buffer) -> Self:
-        """Parse the request body."""
-        reader = Reader(body)
+    def read(cls, reader: Reader) -> Self:
+        """Read the request; the options block consumes the rest of the reader."""
         stream_id = decode_identifier(reader)
         topic_id = decode_identifier(reader)
         name = decode_name(reader)
-        return cls(stream_id, topic_id, name, decode_options(reader.rest()))
+        return cls(stream_id, topic_id, name, read_request_options(reader))
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "update topic")
 
 
 @dataclass(frozen=True, slots=True)
@@ -493,12 +523,14 @@ class PartitionsChange:
         return writer.getvalue()
 
     @classmethod
+    def read(cls, reader: Reader) -> Self:
+        """Read the request; what follows the count is left unread."""
+        return cls(decode_identifier(reader), decode_identifier(reader), reader.u32())
+
+    @classmethod
     def decode(cls, body: Buffer) -> Self:
-        """Parse the request body."""
-        reader = Reader(body)
-        value = cls(decode_identifier(reader), decode_identifier(reader), reader.u32())
-        reader.finish("partitions change")
-        return value
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "partitions change")
 
 
 # --- consumer groups ---------------------------------------------------------------
@@ -521,12 +553,14 @@ class CreateConsumerGroup:
         return writer.getvalue()
 
     @classmethod
+    def read(cls, reader: Reader) -> Self:
+        """Read the request; what follows the name is left unread."""
+        return cls(decode_identifier(reader), decode_identifier(reader), decode_name(reader))
+
+    @classmethod
     def decode(cls, body: Buffer) -> Self:
-        """Parse the request body."""
-        reader = Reader(body)
-        value = cls(decode_identifier(reader), decode_identifier(reader), decode_name(reader))
-        reader.finish("create consumer group")
-        return value
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "create consumer group")
 
 
 @dataclass(frozen=True, slots=True)

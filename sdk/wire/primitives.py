@@ -27,7 +27,8 @@ Layouts (all little-endian; apache/iggy ``core/binary_protocol/src/primitives/``
   4 last, 5 next.
 * User headers and option blocks: TLV ``[kind u8][len u32][data]``, alternating key
   and value, each 1..255 bytes. Option keys are strings, unique, at most 1024 pairs
-  and 100,000 bytes.
+  and 100,000 bytes. A request's options block has no length: it runs to the end of
+  the body (:func:`read_request_options`); a reply's is behind a u32 length.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ __all__ = [
     "encode_partitioning",
     "encode_polling_strategy",
     "encode_user_headers",
+    "read_request_options",
 ]
 
 MAX_NAME_LENGTH: Final = 255
@@ -685,6 +687,26 @@ def decode_options(block: Buffer) -> tuple[OptionEntry, ...]:
                 f"more than {MAX_OPTIONS} options", IggyErrorCode.OPTIONS_BLOCK_TOO_LARGE
             )
     return tuple(options)
+
+
+def read_request_options(reader: Reader) -> tuple[OptionEntry, ...]:
+    """Read the options block that ends a create or update request: all that is left.
+
+    The block must fill the rest of the body, so bytes a sender appends after the
+    request's other fields are read as options; as Iggy's server does, anything that is
+    not a well-formed block is refused with ``INVALID_COMMAND`` (3), whichever rule it
+    broke. Unknown keys and bad values are well-formed here: the state machine refuses
+    them (4041, 4042).
+
+    Raises:
+        ProtocolError: with ``INVALID_COMMAND`` for a malformed block.
+    """
+    try:
+        return decode_options(reader.rest())
+    except ProtocolError as error:
+        raise ProtocolError(
+            f"options block: {error.reason}", IggyErrorCode.INVALID_COMMAND
+        ) from None
 
 
 def encode_options_prefixed(writer: Writer, options: Sequence[OptionEntry]) -> None:

@@ -13,6 +13,11 @@ Invariants (as for every payload module):
    ``float``, so it re-encodes with the quiet bit set.
 2. Decoders raise :class:`ProtocolError` only; encoders raise ``ValueError`` for values
    the wire cannot carry.
+3. A request type's ``read(reader)`` reads and validates every field from the front of
+   a reader and leaves what follows unread; ``decode`` is ``read`` plus a refusal of
+   trailing bytes. The server reads requests with ``read`` alone (Iggy's server ignores
+   trailing bytes), so what it accepts is always a canonical encoding followed by bytes
+   it never looked at.
 
 Sources: apache/iggy ``core/binary_protocol/src/version.rs`` (``ClientVersionInfo``),
 ``requests/users/login_register.rs``, ``responses/users/login_register.rs``,
@@ -27,7 +32,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Final, Self
 
-from sdk.wire._buffer import Buffer, Reader, Writer
+from sdk.wire._buffer import Buffer, Reader, Writer, read_whole
 from sdk.wire._payload import check_count, closed_enum, read_str32, write_str32
 from sdk.wire.codes import PROTOCOL_VERSION
 from sdk.wire.primitives import decode_name, encode_name
@@ -84,17 +89,20 @@ class LoginRegister:
         return writer.getvalue()
 
     @classmethod
-    def decode(cls, body: Buffer) -> Self:
-        """Parse the request body."""
-        reader = Reader(body)
+    def read(cls, reader: Reader) -> Self:
+        """Read the request's fields; what follows the context is left unread."""
         protocol_version = reader.u32()
         sdk_name = decode_name(reader)
         sdk_version = decode_name(reader)
         username = decode_name(reader)
         password = reader.utf8(reader.u8())
         context = reader.utf8(reader.u32())
-        reader.finish("login register")
         return cls(username, password, sdk_name, sdk_version, protocol_version, context)
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "login register")
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,7 +300,7 @@ class ConsumerSessionAttachment:
 
     @classmethod
     def read(cls, reader: Reader) -> Self:
-        """Read the 32 bytes."""
+        """Read the 32 bytes; what follows is left unread."""
         return cls(reader.u128(), reader.u64(), reader.u64())
 
     def encode(self) -> bytes:
@@ -303,11 +311,8 @@ class ConsumerSessionAttachment:
 
     @classmethod
     def decode(cls, body: Buffer) -> Self:
-        """Parse the request body."""
-        reader = Reader(body)
-        value = cls.read(reader)
-        reader.finish("consumer session attachment")
-        return value
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "consumer session attachment")
 
 
 @dataclass(frozen=True, slots=True)

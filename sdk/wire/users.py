@@ -11,7 +11,14 @@ Invariants (as for every payload module):
    permissions length prefix equals the block it announces, and per-stream and per-topic
    entries are unique by id (in the order the sender chose).
 2. Decoders raise :class:`ProtocolError` only; encoders raise ``ValueError``.
-3. A password never appears in a ``repr``: password fields are excluded from it, so a
+3. A request type's ``read(reader)`` reads and validates every field from the front of
+   a reader and leaves what follows unread; ``decode`` is ``read`` plus a refusal of
+   trailing bytes. The server reads requests with ``read`` alone (Iggy's server ignores
+   trailing bytes), but a permissions block must still fill its length prefix, and
+   CREATE_USER and UPDATE_USER end with an options block that runs to the end of the
+   body: bytes appended to them are read as options (``INVALID_COMMAND`` unless
+   well-formed).
+4. A password never appears in a ``repr``: password fields are excluded from it, so a
    payload that reaches a log line or an assertion message does not leak one.
 
 Theory of operation: a permissions block is ten global flags, then a linked list of
@@ -31,7 +38,7 @@ import enum
 from dataclasses import dataclass, field, fields
 from typing import Final, Self
 
-from sdk.wire._buffer import Buffer, Reader, Writer
+from sdk.wire._buffer import Buffer, Reader, Writer, read_whole
 from sdk.wire._payload import bool_flag, closed_enum
 from sdk.wire.codes import IggyErrorCode
 from sdk.wire.errors import ProtocolError
@@ -40,12 +47,12 @@ from sdk.wire.primitives import (
     OptionEntry,
     decode_identifier,
     decode_name,
-    decode_options,
     decode_options_prefixed,
     encode_identifier,
     encode_name,
     encode_options,
     encode_options_prefixed,
+    read_request_options,
 )
 
 __all__ = [
@@ -251,12 +258,14 @@ class UserRef:
         return writer.getvalue()
 
     @classmethod
+    def read(cls, reader: Reader) -> Self:
+        """Read the identifier; what follows is left unread."""
+        return cls(decode_identifier(reader))
+
+    @classmethod
     def decode(cls, body: Buffer) -> Self:
-        """Parse the request body."""
-        reader = Reader(body)
-        value = cls(decode_identifier(reader))
-        reader.finish("user reference")
-        return value
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "user reference")
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,14 +291,18 @@ class CreateUser:
         return writer.getvalue()
 
     @classmethod
-    def decode(cls, body: Buffer) -> Self:
-        """Parse the request body."""
-        reader = Reader(body)
+    def read(cls, reader: Reader) -> Self:
+        """Read the request; the options block consumes the rest of the reader."""
         username = decode_name(reader)
         password = _read_password(reader)
         status = closed_enum(UserStatus, reader.u8(), "user status")
         permissions = _read_optional_permissions(reader)
-        return cls(username, password, status, permissions, decode_options(reader.rest()))
+        return cls(username, password, status, permissions, read_request_options(reader))
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "create user")
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,9 +333,8 @@ class UpdateUser:
         return writer.getvalue()
 
     @classmethod
-    def decode(cls, body: Buffer) -> Self:
-        """Parse the request body."""
-        reader = Reader(body)
+    def read(cls, reader: Reader) -> Self:
+        """Read the request; the options block consumes the rest of the reader."""
         user_id = decode_identifier(reader)
         username = decode_name(reader) if bool_flag(reader.u8(), "has_username") else None
         status = (
@@ -330,7 +342,12 @@ class UpdateUser:
             if bool_flag(reader.u8(), "has_status")
             else None
         )
-        return cls(user_id, username, status, decode_options(reader.rest()))
+        return cls(user_id, username, status, read_request_options(reader))
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "update user")
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,12 +366,15 @@ class UpdatePermissions:
         return writer.getvalue()
 
     @classmethod
+    def read(cls, reader: Reader) -> Self:
+        """Read the request; what follows the permissions block is left unread (the block
+        itself must fill its length prefix)."""
+        return cls(decode_identifier(reader), _read_optional_permissions(reader))
+
+    @classmethod
     def decode(cls, body: Buffer) -> Self:
-        """Parse the request body."""
-        reader = Reader(body)
-        value = cls(decode_identifier(reader), _read_optional_permissions(reader))
-        reader.finish("update permissions")
-        return value
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "update permissions")
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,12 +394,14 @@ class ChangePassword:
         return writer.getvalue()
 
     @classmethod
+    def read(cls, reader: Reader) -> Self:
+        """Read the request; what follows the new password is left unread."""
+        return cls(decode_identifier(reader), _read_password(reader), _read_password(reader))
+
+    @classmethod
     def decode(cls, body: Buffer) -> Self:
-        """Parse the request body."""
-        reader = Reader(body)
-        value = cls(decode_identifier(reader), _read_password(reader), _read_password(reader))
-        reader.finish("change password")
-        return value
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "change password")
 
 
 # --- replies -----------------------------------------------------------------------
