@@ -58,6 +58,7 @@ import xxhash
 from sdk.wire._buffer import Buffer, as_byte_view
 from sdk.wire.codes import IggyErrorCode
 from sdk.wire.errors import ProtocolError
+from sdk.wire.primitives import MAX_USER_HEADERS_BYTES, decode_user_headers
 
 __all__ = [
     "BATCH_HEADER",
@@ -420,6 +421,8 @@ def _uniform_checksums(
     headers_size, payload_size, reserved = _LENGTHS_RESERVED.unpack(tail)
     if (
         reserved
+        or headers_size  # each header block is decoded: the walk does it
+        or payload_size > MAX_PAYLOAD_BYTES
         or headers_size + payload_size != frame_size - MESSAGE_HEADER_SIZE
         or tails.count(tail) != count
     ):
@@ -460,6 +463,21 @@ def _walk_checksums(view: memoryview, count: int, first_offset_delta: int | None
                 f"message {index} reserved bytes are not zero",
                 IggyErrorCode.INVALID_RESERVED_FIELD,
             )
+        if payload_size > MAX_PAYLOAD_BYTES:
+            raise ProtocolError(
+                f"message {index} payload of {payload_size} bytes is above {MAX_PAYLOAD_BYTES}",
+                IggyErrorCode.TOO_BIG_MESSAGE_PAYLOAD,
+            )
+        if headers_size > MAX_USER_HEADERS_BYTES:
+            raise ProtocolError(
+                f"message {index} user headers of {headers_size} bytes are above "
+                f"{MAX_USER_HEADERS_BYTES}",
+                IggyErrorCode.TOO_BIG_USER_HEADERS,
+            )
+        if headers_size:
+            # A block that does not decode would be stored and handed to every consumer.
+            payload_end = position + MESSAGE_HEADER_SIZE + payload_size
+            decode_user_headers(view[payload_end:end])
         if expected_delta is None:
             expected_delta = offset_delta
         elif offset_delta != expected_delta:
@@ -594,6 +612,21 @@ def read_batch(record: Buffer) -> tuple[BatchHeader, list[BatchMessage]]:
                 f"message {index} reserved bytes are not zero",
                 IggyErrorCode.INVALID_RESERVED_FIELD,
             )
+        if payload_size > MAX_PAYLOAD_BYTES:
+            raise ProtocolError(
+                f"message {index} payload of {payload_size} bytes is above {MAX_PAYLOAD_BYTES}",
+                IggyErrorCode.TOO_BIG_MESSAGE_PAYLOAD,
+            )
+        if headers_size > MAX_USER_HEADERS_BYTES:
+            raise ProtocolError(
+                f"message {index} user headers of {headers_size} bytes are above "
+                f"{MAX_USER_HEADERS_BYTES}",
+                IggyErrorCode.TOO_BIG_USER_HEADERS,
+            )
+        if headers_size:
+            # A block that does not decode would be stored and handed to every consumer.
+            payload_end = position + MESSAGE_HEADER_SIZE + payload_size
+            decode_user_headers(view[payload_end:end])
         append(
             make(
                 (

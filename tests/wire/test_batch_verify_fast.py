@@ -22,6 +22,7 @@ from sdk.wire import Buffer, IggyErrorCode, ProtocolError
 from sdk.wire.batch import (
     BATCH_HEADER,
     BATCH_HEADER_SIZE,
+    MAX_PAYLOAD_BYTES,
     MESSAGE_HEADER_SIZE,
     BatchHeader,
     OutgoingMessage,
@@ -29,6 +30,12 @@ from sdk.wire.batch import (
     batch_checksum,
     build_batch,
     verify_batch,
+)
+from sdk.wire.primitives import (
+    MAX_USER_HEADERS_BYTES,
+    UserHeader,
+    decode_user_headers,
+    encode_user_headers,
 )
 
 # --- The implementation before the fast paths, copied verbatim but for the names. ---
@@ -85,6 +92,12 @@ def _reference_verify_batch(batch: Buffer, *, first_offset_delta: int | None = 0
                 f"message {index} reserved bytes are not zero",
                 IggyErrorCode.INVALID_RESERVED_FIELD,
             )
+        if payload_size > MAX_PAYLOAD_BYTES:
+            raise ProtocolError("payload", IggyErrorCode.TOO_BIG_MESSAGE_PAYLOAD)
+        if headers_size > MAX_USER_HEADERS_BYTES:
+            raise ProtocolError("user headers", IggyErrorCode.TOO_BIG_USER_HEADERS)
+        if headers_size:
+            decode_user_headers(view[end - headers_size : end])
         if expected_delta is None:
             expected_delta = offset_delta
         elif offset_delta != expected_delta:
@@ -148,6 +161,27 @@ BODIES: Final = st.one_of(
 )
 
 
+_HEADER_MIN: Final = 12  # one string header "k": two fields of kind, u32 length, data
+_HEADER_MAX: Final = 11 + 255  # its value at the longest a field may be
+
+
+def valid_headers(rng: random.Random, size: int) -> bytes:
+    """A well-formed user-header block of exactly ``size`` bytes (0 or at least 12)."""
+    assert size == 0 or size >= _HEADER_MIN
+    headers = []
+    remaining = size
+    while remaining:
+        take = min(remaining, _HEADER_MAX)
+        if 0 < remaining - take < _HEADER_MIN:
+            take = remaining - _HEADER_MIN
+        value = "".join(rng.choice("abcxyz") for _ in range(take - 11))
+        headers.append(UserHeader.of("k", value))
+        remaining -= take
+    block = encode_user_headers(headers)
+    assert len(block) == size
+    return block
+
+
 @st.composite
 def batches(draw: st.DrawFn) -> bytearray:
     """A valid batch: uniform frames (one split or many), or frames of random sizes."""
@@ -164,13 +198,15 @@ def batches(draw: st.DrawFn) -> bytearray:
         elif shape == "uniform-split":
             headers_size = rng.randint(0, body)
         else:
-            headers_size = rng.randint(0, 8)
+            headers_size = rng.choice((0, 12, 40))
+        if headers_size < _HEADER_MIN:
+            headers_size = 0  # no well-formed block is that short
         payload_size = body - headers_size if shape != "random" else rng.randint(0, body)
         messages.append(
             OutgoingMessage(
                 rng.getrandbits(128),
                 rng.randbytes(payload_size),
-                rng.randbytes(headers_size),
+                valid_headers(rng, headers_size),
                 1_700_000_000_000_000 + index * rng.randint(0, 1000),
             )
         )
