@@ -15,6 +15,12 @@ Invariants:
    applied) and the client registers again.
 3. Every random choice comes from the client's own stream; a client never reads the
    cluster's state directly, only replies.
+4. A *number reuser* (``WorkloadOptions.number_reusers``) numbers its partition requests
+   (sends, offset stores) as some Iggy clients do: each under the client's current request
+   number, which only its metadata requests advance. Its retries are the same bytes, so
+   they stay exactly-once; its other requests under one number are each applied. A reply
+   is taken for the pending request only if it names that request's identity digest
+   (or none: an admission error).
 
 Theory of operation: each client is a little state machine ticked by the world. The
 *operator* bootstraps the cluster as the runtime does on first start (a system register,
@@ -32,6 +38,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
+from broker.core.identity import request_checksum
 from broker.state.codec import encode_command
 from broker.state.credentials import hash_password
 from broker.state.metadata import CreateRootUser, Register
@@ -90,6 +97,9 @@ class Pending:
     retry_tick: int = 0
     #: The node whose reply completed the request.
     replied_by: int = -1
+    #: The request's identity digest, as the node computes it (``broker.core.identity``);
+    #: empty for logins and system requests, whose digests name what the node resolved.
+    checksum: bytes = b""
 
 
 class Reporter(Protocol):
@@ -119,6 +129,8 @@ class Client:
     reporter: Reporter
     session: int = 0
     request_next: int = 0
+    #: Invariant 4: partition requests reuse the current request number.
+    reuses_numbers: bool = False
     pending: Pending | None = None
     ready_tick: int = 0
     finishing: bool = False
@@ -160,12 +172,15 @@ class Client:
         if made is None:
             return
         made.sent_tick = tick
+        made.checksum = _identity(made.request)
         self.pending = made
         self._transmit(tick, made, broadcast=False)
 
     def _request(self, code: int, payload: bytes, *, session: int | None = None) -> ClientRequest:
+        partition_plane = code in (CommandCode.SEND_MESSAGES, CommandCode.STORE_CONSUMER_OFFSET)
         number = self.request_next
-        self.request_next += 1
+        if not (self.reuses_numbers and partition_plane):
+            self.request_next += 1
         return ClientRequest(
             self.client_id, self.session if session is None else session, number, code, payload
         )
@@ -349,6 +364,9 @@ class Client:
         pending = self.pending
         if pending is None or reply.request != pending.request.request:
             return  # a duplicate, or the answer to an attempt we already got an answer to
+        named = reply.request_checksum
+        if named and pending.checksum and named != pending.checksum:
+            return  # the answer to another request under the same number (invariant 4)
         if reply.error:
             # The session is gone (evicted or superseded): the request may or may not have
             # been applied. Abandon it and log in again.
@@ -411,3 +429,13 @@ class Client:
             messages = polled.messages()
             if messages:
                 self.positions[pending.partition] = messages[-1].offset + 1
+
+
+def _identity(request: ClientRequest) -> bytes:
+    """The identity digest the node gives ``request``; empty where it names what the node
+    resolved (a login's user, a system request)."""
+    if request.code in (SYSTEM_CODE, CommandCode.LOGIN_REGISTER):
+        return b""
+    code = CommandCode(request.code)
+    payload = wire.COMMANDS[code].decode_request(request.payload)
+    return request_checksum(code, payload, request.payload)

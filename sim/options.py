@@ -93,6 +93,10 @@ class WorkloadOptions:
     streams_per_client_max: int
     #: Ticks a client waits for a reply before it retries (same client id and request).
     request_timeout_ticks: int
+    #: How many producers and consumers number their partition requests as some Iggy
+    #: clients do: every send and offset store under the client's current request number,
+    #: never advanced (``sim.client``, invariant 4).
+    number_reusers: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +189,7 @@ class Options:
             state_transfer_timeout_ticks=prng.randint(20, 50),
             repair_timeout_ticks=prng.randint(4, 10),
         )
-        return cls(
+        options = cls(
             seed=seed,
             faults_enabled=faults,
             node_count=node_count,
@@ -198,6 +202,12 @@ class Options:
             disk=disk,
             workload=workload,
             replica=replica,
+        )
+        # Drawn last, so every other option of a seed stays what it was before it existed.
+        clients = workload.producers + workload.consumers
+        reusers = prng.randint(1, clients) if prng.random() < 0.5 else 0
+        return dataclasses.replace(
+            options, workload=dataclasses.replace(workload, number_reusers=reusers)
         )
 
     def describe(self) -> list[str]:

@@ -1,4 +1,4 @@
-"""Four deliberately broken replicas, to prove the simulator's checkers bite.
+"""Five deliberately broken replicas, to prove the simulator's checkers bite.
 
 Purpose: each class overrides one of the four decision points ``consensus.replica``
 isolates for this purpose and makes the classic mistake there. They live in the
@@ -15,12 +15,16 @@ and by ``tests/sim/test_planted_bugs.py``.
    a duplicate forever (a locked-out client), or with a reply that was never committed.
 4. ``apply-past-commit``: a backup applies ops it holds beyond the commit number: a view
    change that discards them leaves the backup's state diverged.
+5. ``number-only-dedup``: the client table takes a request for a duplicate by its number
+   alone: a client that reuses a number for another request gets the cached reply of
+   the first, and its request is never applied (acknowledged, then lost).
 """
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
+from consensus.client_table import CachedReply, ClientTable, Verdict
 from consensus.messages import DoViewChange, Prepare
 from consensus.replica import Replica
 
@@ -68,9 +72,65 @@ class AppliesPastCommit(Replica):
         return self.journal_verified_op
 
 
+class _NumberOnlyTable(ClientTable):
+    """Judges and answers a request under the latest number as if it were that one."""
+
+    def judge(
+        self,
+        client_id: int,
+        session: int,
+        request: int,
+        *,
+        register: bool,
+        operation: int,
+        request_checksum: bytes,
+    ) -> Verdict:
+        entry = self.entries.get(client_id)
+        if entry is not None and not register and request == entry.request_number:
+            operation, request_checksum = entry.request_operation, entry.request_checksum
+        return super().judge(
+            client_id,
+            session,
+            request,
+            register=register,
+            operation=operation,
+            request_checksum=request_checksum,
+        )
+
+    def cached_reply(
+        self,
+        client_id: int,
+        *,
+        register: bool,
+        operation: int = 0,
+        request_checksum: bytes = bytes(16),
+    ) -> CachedReply:
+        entry = self.entries[client_id]
+        if not register:
+            operation, request_checksum = entry.request_operation, entry.request_checksum
+        return super().cached_reply(
+            client_id, register=register, operation=operation, request_checksum=request_checksum
+        )
+
+
+class JudgesByNumberOnly(Replica):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        table = self.client_table
+        planted = _NumberOnlyTable(
+            table.clients_max,
+            registers_sessions=table.registers_sessions,
+            session_live=table.session_live,
+        )
+        planted.entries = table.entries
+        planted.session_evicted_max = table.session_evicted_max
+        self.client_table = planted
+
+
 PLANTED: Final[dict[str, type[Replica]]] = {
     "longest-log": PicksLongestLog,
     "ack-before-write": AcksBeforeWritten,
     "table-at-prepare": TableAtPrepare,
     "apply-past-commit": AppliesPastCommit,
+    "number-only-dedup": JudgesByNumberOnly,
 }

@@ -110,6 +110,8 @@ class World:
                 options=options,
                 prng=stream(seed, f"client.{index}"),
                 reporter=self.checkers,
+                # The first producers and consumers (index 0 is the operator).
+                reuses_numbers=0 < index <= options.workload.number_reusers,
             )
             self.clients.append(client)
             self.client_endpoints[client_id] = client.endpoint

@@ -76,7 +76,7 @@ def _poll_reply(first_offset: int, ids: list[int], retained_from: int = 0) -> Cl
     verified = wire.verify_batch(batch)
     wire.stamp_batch(batch, verified, partition_id=0, base_offset=first_offset, base_timestamp=1)
     body = wire.PollMessagesReply(0, first_offset + len(ids) - 1, len(ids), (bytes(batch),))
-    return ClientReply(77, 5, 0, 0, body.encode(), "", retained_from)
+    return ClientReply(77, 5, 0, 0, body.encode(), first_offset=retained_from)
 
 
 def test_poll_that_skips_forward_fails() -> None:

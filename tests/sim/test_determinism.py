@@ -22,9 +22,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # History: 6a27d925... -> 10ab5849...: consensus checksums moved from BLAKE2b-128 to
 # XXH3-128, which changes every frame's bytes (and nothing else). 10ab5849... ->
 # 8cab71ef...: repair answers from a replica in normal status became RepairPrepare
-# messages, and partition groups stopped transferring state.
+# messages, and partition groups stopped transferring state. 8cab71ef... -> 74caaf30...:
+# prepare headers carry the request's identity digest (152 bytes), and seeds draw number
+# reusers into the workload.
 BASELINE_SEED = 5
-BASELINE_TRACE_HASH = "8cab71efc0dedae7b5a9788166865c02"
+BASELINE_TRACE_HASH = "74caaf306f48ca82a6ace1975e54af4f"
 
 
 def _trace_of(seed: int, hash_seed: str) -> str:
