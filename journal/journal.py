@@ -25,6 +25,18 @@ Invariants:
    track of where its ops and offsets start.
 6. Damaged records (``faulty_regions``) keep their slots; reads of them raise
    ``RecordFaulty`` and ``repair`` is the only way to fill them.
+7. O(1) descriptors: a journal keeps open the active segment's log and index, the files
+   of sealed segments a sync may still need (``op_last > op_index_synced``: the ones
+   sealed since the last sync), and the log of one sealed segment for reads
+   (``_read_segment``, the last one read). Every other sealed segment's files are opened
+   when a read, repair or truncation needs them and closed again once it moved on, all on
+   the owner thread. A file in a sync plan is never closed while that sync is in flight:
+   the rule for closing reads ``op_index_synced``, which only grows during a sync, and a
+   plan only holds files of segments above it. ``keep_sealed_files_open`` keeps every
+   file open instead (for a journal whose reads must never open a file). Opening a file
+   that a shortage of descriptors refuses (``EMFILE``) fails the operation before it
+   changed anything, so the caller may retry it: this is also true of the new segment of
+   an append.
 
 Sync concurrency contract. ``sync()`` may run in one worker thread while the owner thread
 (the event loop) keeps calling ``append``, the reads and the lookups. It
@@ -68,6 +80,7 @@ right after its piece is read, before it is returned.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from contextlib import suppress
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Final
@@ -137,10 +150,14 @@ class JournalConfig:
         segment_size_bytes_max: Seal the active segment once it holds this many bytes.
         index_sync_interval_records: Sync the active segment's index along with a sync
             once this many records were appended since it last was.
+        keep_sealed_files_open: Keep every sealed segment's files open rather than open
+            them on demand (invariant 7): two descriptors per segment, and no read ever
+            opens a file.
     """
 
     segment_size_bytes_max: int = SEGMENT_SIZE_BYTES_DEFAULT
     index_sync_interval_records: int = INDEX_SYNC_INTERVAL_RECORDS_DEFAULT
+    keep_sealed_files_open: bool = False
 
     def __post_init__(self) -> None:
         assert SEGMENT_SIZE_BYTES_MIN <= self.segment_size_bytes_max <= SEGMENT_SIZE_BYTES_MAX
@@ -227,6 +244,16 @@ class Journal:
         self._sync_in_flight = False
         self._broken: str | None = None
         self._closed = False
+        # Sealed segments holding an open file (invariant 7), and the one read last.
+        self._sealed_open: list[Segment] = []
+        if not config.keep_sealed_files_open:
+            self._sealed_open = [
+                segment
+                for segment in segments[:-1]
+                if segment.log is not None or segment.index is not None
+            ]
+        self._read_segment: Segment | None = None
+        self._release_sealed()
         self._check_invariants()
 
     @classmethod
@@ -244,10 +271,11 @@ class Journal:
             RecoveryError: Damage recovery cannot resolve; rebuild from peers.
             OSError: The storage failed.
         """
-        recovered = recover(storage)
+        config = config if config is not None else JournalConfig()
+        recovered = recover(storage, keep_sealed_files_open=config.keep_sealed_files_open)
         return cls(
             storage,
-            config if config is not None else JournalConfig(),
+            config,
             recovered.segments,
             recovered.faulty_regions,
             recovered.report,
@@ -283,6 +311,16 @@ class Journal:
     @property
     def config(self) -> JournalConfig:
         return self._config
+
+    @property
+    def broken(self) -> str | None:
+        """Why the journal takes no more writes (a storage failure), or None."""
+        return self._broken
+
+    @property
+    def files_open(self) -> int:
+        """Segment files this journal holds open now (invariant 7)."""
+        return sum((s.log is not None) + (s.index is not None) for s in self._segments)
 
     def segments(self) -> list[SegmentInfo]:
         """Describes every segment, oldest first."""
@@ -331,7 +369,9 @@ class Journal:
 
         Raises:
             JournalBroken: An earlier storage failure.
-            OSError: The storage failed; the journal is broken from now on.
+            OSError: The storage failed; the journal is broken from now on, unless the new
+                segment this record needed could not be created (invariant 7): then
+                nothing changed.
         """
         self._check_writable()
         if self._segments:
@@ -348,20 +388,22 @@ class Journal:
             timestamp_us=timestamp_us,
             body_prefix=body_prefix,
         )
+        segment = self._segments[-1] if self._segments else None
+        if (
+            segment is None
+            or self._roll_requested
+            or segment.size_bytes >= self._config.segment_size_bytes_max
+        ):
+            segment = self._roll(op, offset)
+        log, index = segment.log, segment.index
+        assert log is not None and index is not None
         try:
-            segment = self._segments[-1] if self._segments else None
-            if (
-                segment is None
-                or self._roll_requested
-                or segment.size_bytes >= self._config.segment_size_bytes_max
-            ):
-                segment = self._roll(op, offset)
             position = segment.size_bytes
             slot = segment.record_count
             parts = (header_bytes, body_prefix, body) if body_prefix else (header_bytes, body)
-            segment.log.write(position, parts)
+            log.write(position, parts)
             entry = encode_entry(op, offset, timestamp_us, position)
-            segment.index.write(slot * INDEX_ENTRY_SIZE, (entry,))
+            index.write(slot * INDEX_ENTRY_SIZE, (entry,))
         except OSError:
             self._broken = "append failed"
             raise
@@ -376,6 +418,8 @@ class Journal:
         # Published last: a concurrent sync() that reads this op finds its bytes written.
         self._op_head = op
         assert segment.op_last == op
+        if self._sealed_open:
+            self._release_sealed()
         return header
 
     def roll(self) -> None:
@@ -384,14 +428,26 @@ class Journal:
         self._roll_requested = bool(self._segments)
 
     def _roll(self, op: int, offset: int) -> Segment:
+        """Starts a new segment at ``op``; a failure to create its files changes nothing
+        (the half-created log is removed), unless that removal fails too."""
         assert len(self._segments) < SEGMENTS_MAX
         stem = segment_stem(offset)
         log = self._storage.create(stem + LOG_SUFFIX)
-        index = self._storage.create(stem + INDEX_SUFFIX)
+        try:
+            index = self._storage.create(stem + INDEX_SUFFIX)
+        except OSError:
+            log.close()
+            try:
+                self._storage.remove(stem + LOG_SUFFIX)
+            except OSError:
+                self._broken = "roll failed"
+            raise
         segment = Segment(offset_base=offset, op_base=op, log=log, index=index)
         # Counted before the segment is visible and before its first op is published, so a
         # sync that covers that op also syncs the directory entry.
         self._directory_generation += 1
+        if self._segments and not self._config.keep_sealed_files_open:
+            self._sealed_open.append(self._segments[-1])  # sealed now, its files open
         self._segments.append(segment)
         self._timestamps_max.append(self._timestamps_max[-1] if self._timestamps_max else 0)
         self._roll_requested = False
@@ -454,6 +510,8 @@ class Journal:
         )
         head_index_synced = False
         for segment in pending:
+            # Above op_index_synced: its files stay open until a sync covered it.
+            assert segment.log is not None and segment.index is not None
             if segment.op_last > op_durable:
                 # It may hold ops in (op_durable, op_target]; a sealed segment's op_last
                 # is fixed, the active one's only grows meanwhile.
@@ -537,6 +595,13 @@ class Journal:
         # could keep a synced cut segment after unsynced records before it, a hole in the
         # durable prefix that recovery relies on.
         self._sync(index_all=True)
+        # The segment the cut lands in becomes the active one: its files are opened before
+        # anything changes, so a shortage of descriptors fails the truncation cleanly.
+        k = bisect_right(self._segments, op, key=lambda s: s.op_base) - 1
+        target = self._segments[k] if k >= 0 else None
+        if target is not None:
+            self._open_log(target)
+            self._open_index(target)
         try:
             removed = False
             while self._segments and self._segments[-1].op_base > op:
@@ -547,14 +612,20 @@ class Journal:
                 self._sync_directory()
             if self._segments:
                 segment = self._segments[-1]
+                assert segment is target
+                if segment in self._sealed_open:
+                    self._sealed_open.remove(segment)  # active again
+                if self._read_segment is segment:
+                    self._read_segment = None
                 keep = op - segment.op_base + 1
                 assert 1 <= keep <= segment.record_count
                 if keep < segment.record_count:
+                    log, index = self._open_log(segment), self._open_index(segment)
                     segment.cut(keep)
-                    segment.log.truncate(segment.size_bytes)
-                    segment.index.truncate(keep * INDEX_ENTRY_SIZE)
-                    segment.log.sync()
-                    segment.index.sync()
+                    log.truncate(segment.size_bytes)
+                    index.truncate(keep * INDEX_ENTRY_SIZE)
+                    log.sync()
+                    index.sync()
         except OSError:
             self._broken = "truncate failed"
             raise
@@ -649,15 +720,17 @@ class Journal:
         assert segment.positions[slot] == region.position_start
         assert segment.offsets[slot] == region.offset_first
         position_after = region.position_start + header.size
+        # Opened before anything is written (invariant 7).
+        log, index = self._open_log(segment), self._open_index(segment)
         try:
-            segment.log.write(region.position_start, (header_bytes, body))
+            log.write(region.position_start, (header_bytes, body))
             if rest == 0 and region.open_end and position_after < region.position_end:
                 # The damaged tail of a sealed segment was longer than the record it held.
-                segment.log.truncate(position_after)
+                log.truncate(position_after)
             entry = encode_entry(op, header.offset, header.timestamp_us, region.position_start)
-            segment.index.write(slot * INDEX_ENTRY_SIZE, (entry,))
-            segment.log.sync()
-            segment.index.sync()
+            index.write(slot * INDEX_ENTRY_SIZE, (entry,))
+            log.sync()
+            index.sync()
         except OSError:
             self._broken = "repair failed"
             raise
@@ -687,6 +760,7 @@ class Journal:
         self._rebuild_timestamps_max()
         assert segment.message_count(slot) == header.message_count
         assert segment.extent(slot) == (region.position_start, position_after)
+        self._release_sealed()
         self._check_invariants()
 
     def enforce_retention(
@@ -762,12 +836,16 @@ class Journal:
         """
         assert not self._closed
         assert not self._sync_in_flight, "close must not overlap a sync"
-        if self._broken is None:
-            self._sync(index_all=True)
-        self._closed = True
-        for segment in self._segments:
-            segment.log.close()
-            segment.index.close()
+        try:
+            if self._broken is None:
+                self._sync(index_all=True)
+        finally:
+            # Released even when the sync failed: a failed journal must not hold them.
+            self._closed = True
+            for segment in self._segments:
+                _close_files(segment)
+            self._sealed_open = []
+            self._read_segment = None
 
     # --- Reading ----------------------------------------------------------------------------
 
@@ -933,7 +1011,8 @@ class Journal:
                     break
                 position_end = end
                 slot += 1
-            data = memoryview(segment.log.read(position_first, position_end - position_first))
+            log = self._log_for_read(segment)
+            data = memoryview(log.read(position_first, position_end - position_first))
             for piece_slot in range(piece_first, slot):
                 record = self._check_slot(segment, piece_slot, data, position_first)
                 if record is None:
@@ -1008,9 +1087,67 @@ class Journal:
             running = max(running, segment.timestamp_max_us)
             self._timestamps_max.append(running)
 
+    def _open_log(self, segment: Segment) -> StorageFile:
+        """``segment``'s log, opened if it was released (invariant 7)."""
+        log = segment.log
+        if log is None:
+            log = self._storage.open(segment.stem + LOG_SUFFIX)
+            segment.log = log
+            self._note_open(segment)
+        return log
+
+    def _open_index(self, segment: Segment) -> StorageFile:
+        """``segment``'s index, opened if it was released (invariant 7)."""
+        index = segment.index
+        if index is None:
+            index = self._storage.open(segment.stem + INDEX_SUFFIX)
+            segment.index = index
+            self._note_open(segment)
+        return index
+
+    def _note_open(self, segment: Segment) -> None:
+        if segment is not self._segments[-1] and segment not in self._sealed_open:
+            self._sealed_open.append(segment)
+
+    def _log_for_read(self, segment: Segment) -> StorageFile:
+        """The log a read of ``segment`` goes to; the sealed segment read before gives
+        its descriptor back first, so reads hold one sealed log at most (invariant 7)."""
+        if segment is not self._segments[-1] and segment is not self._read_segment:
+            self._read_segment = segment
+            self._release_sealed()
+        return self._open_log(segment)
+
+    def _release_sealed(self) -> None:
+        """Closes the files of sealed segments that no sync can need any more (their last
+        op is at most ``op_index_synced``), but the log of the segment read last.
+
+        Runs on the owner thread only, possibly while a sync is in flight (invariant 7).
+        """
+        if self._config.keep_sealed_files_open or not self._sealed_open:
+            return
+        # One read of the attribute a concurrent finish_sync may raise: the older value is
+        # the safer one.
+        synced = self._op_index_synced
+        still_open: list[Segment] = []
+        for segment in self._sealed_open:
+            if segment.op_last > synced:
+                still_open.append(segment)
+                continue
+            index, segment.index = segment.index, None
+            _close_quietly(index)
+            if segment is self._read_segment:
+                still_open.append(segment)
+            else:
+                log, segment.log = segment.log, None
+                _close_quietly(log)
+        self._sealed_open = still_open
+
     def _close_and_remove(self, segment: Segment) -> None:
-        segment.log.close()
-        segment.index.close()
+        _close_files(segment)
+        if segment in self._sealed_open:
+            self._sealed_open.remove(segment)
+        if self._read_segment is segment:
+            self._read_segment = None
         # The log first: a crash in between leaves an orphan index, which recovery removes.
         self._storage.remove(segment.stem + LOG_SUFFIX)
         self._storage.remove(segment.stem + INDEX_SUFFIX)
@@ -1035,6 +1172,12 @@ class Journal:
             return
         assert len(self._segments) <= SEGMENTS_MAX
         assert self._op_head == self._segments[-1].op_last
+        for segment in self._segments:
+            if segment.op_last > self._op_index_synced or segment is self._segments[-1]:
+                assert segment.log is not None and segment.index is not None, segment.stem
+        for segment in self._sealed_open:
+            assert segment is not self._segments[-1]
+            assert segment.log is not None or segment.index is not None
         for before, after in pairwise(self._segments):
             assert before.record_count >= 1
             assert after.op_base == before.op_last + 1
@@ -1046,6 +1189,23 @@ class Journal:
             assert region.op_first > op_previous
             assert region.op_last <= self._op_head
             op_previous = region.op_last
+
+
+def _close_files(segment: Segment) -> None:
+    """Closes whichever of ``segment``'s files are open."""
+    log, index = segment.log, segment.index
+    segment.log = segment.index = None
+    _close_quietly(log)
+    _close_quietly(index)
+
+
+def _close_quietly(file: StorageFile | None) -> None:
+    """Closes ``file``: a file is closed only once what it holds was synced, or when it
+    is being removed or given up, so a failing close loses nothing (and the descriptor is
+    released whatever ``close`` says)."""
+    if file is not None:
+        with suppress(OSError):
+            file.close()
 
 
 def _info(segment: Segment, *, sealed: bool) -> SegmentInfo:

@@ -22,6 +22,10 @@ Invariants:
    :class:`RecoveryError` rather than guess.
 4. When recovery returns, every kept byte is durable: the logs, indexes and directory have
    been synced, because a process crash leaves unsynced data readable in the page cache.
+5. Recovery holds the files of one segment at a time (and the last segment's log), so a
+   journal of many segments opens with a few descriptors; the segments it returns hold
+   open files only for the last (active) one, or for all of them when asked to keep
+   sealed files open. If it fails, it has closed every file it opened.
 
 Theory of operation. The journal's durable ops always form a prefix (a sync covers every op
 up to its target, in every segment; truncate syncs first; nothing else makes records
@@ -52,6 +56,7 @@ earlier, or the index is missing, it is rebuilt whole through ``.index.tmp`` and
 from __future__ import annotations
 
 from bisect import bisect_right
+from contextlib import suppress
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Final
@@ -270,9 +275,8 @@ def _scan_log(file: StorageFile, size: int, entries: list[IndexEntry]) -> list[_
 @dataclass(slots=True)
 class _Scan:
     offset_base: int
-    log: StorageFile
     size: int
-    index: StorageFile | None
+    has_index: bool
     index_size: int
     entries: list[IndexEntry]
     items: list[_Valid | _Damaged]
@@ -429,6 +433,27 @@ def _read_all(file: StorageFile) -> bytearray:
     return buffer
 
 
+def _scan_segment(
+    storage: Storage, offset_base: int, log_name: str, index_name: str | None
+) -> _Scan:
+    """Reads one segment's index and walks its log, holding its files only meanwhile."""
+    log = storage.open(log_name)
+    try:
+        size = log.size()
+        data = bytearray()
+        if index_name is not None:
+            index = storage.open(index_name)
+            try:
+                data = _read_all(index)
+            finally:
+                index.close()
+        entries = parse_entries(data)
+        items = _scan_log(log, size, entries)
+    finally:
+        log.close()
+    return _Scan(offset_base, size, index_name is not None, len(data), entries, items)
+
+
 def _reconcile_index(
     storage: Storage, plan: _Plan, rebuilt: list[str], repaired: list[str]
 ) -> StorageFile:
@@ -442,27 +467,37 @@ def _reconcile_index(
         if old != new:
             break
         agree += 1
-    if scan.index is not None and (agree == len(parsed) or agree == len(expected)):
+    if scan.has_index and (agree == len(parsed) or agree == len(expected)):
+        index = storage.open(stem + INDEX_SUFFIX)
         if scan.index_size != len(expected) * INDEX_ENTRY_SIZE or agree != len(expected):
-            scan.index.truncate(agree * INDEX_ENTRY_SIZE)
-            scan.index.write(agree * INDEX_ENTRY_SIZE, [encode_entries(expected[agree:])])
-            scan.index.sync()
+            try:
+                index.truncate(agree * INDEX_ENTRY_SIZE)
+                index.write(agree * INDEX_ENTRY_SIZE, [encode_entries(expected[agree:])])
+                index.sync()
+            except BaseException:
+                index.close()
+                raise
             repaired.append(stem)
-        return scan.index
-    if scan.index is not None:
-        scan.index.close()
+        return index
     tmp_name = stem + INDEX_TMP_SUFFIX
     tmp = storage.create(tmp_name)
-    tmp.write(0, [encode_entries(expected)])
-    tmp.sync()
-    tmp.close()
+    try:
+        tmp.write(0, [encode_entries(expected)])
+        tmp.sync()
+    finally:
+        tmp.close()
     storage.rename(tmp_name, stem + INDEX_SUFFIX)
     rebuilt.append(stem)
     return storage.open(stem + INDEX_SUFFIX)
 
 
-def recover(storage: Storage) -> Recovered:
+def recover(storage: Storage, *, keep_sealed_files_open: bool = False) -> Recovered:
     """Opens and checks every segment of ``storage``; see the module doc.
+
+    Args:
+        storage: The journal's storage.
+        keep_sealed_files_open: Return every segment with its files open (invariant 5);
+            otherwise only the last one's are.
 
     Raises:
         RecoveryError: Damage that recovery cannot resolve without guessing.
@@ -488,65 +523,83 @@ def recover(storage: Storage) -> Recovered:
             storage.remove(indexes[offset_base])  # Its log was deleted by retention.
             files_removed.append(indexes[offset_base])
 
-    scans: list[_Scan] = []
-    for offset_base in sorted(logs):
-        log = storage.open(logs[offset_base])
-        size = log.size()
-        index = storage.open(indexes[offset_base]) if offset_base in indexes else None
-        data = _read_all(index) if index is not None else bytearray()
-        entries = parse_entries(data)
-        items = _scan_log(log, size, entries)
-        scans.append(_Scan(offset_base, log, size, index, len(data), entries, items))
-
+    scans = [
+        _scan_segment(storage, offset_base, logs[offset_base], indexes.get(offset_base))
+        for offset_base in sorted(logs)
+    ]
     plans, regions = _stitch(scans)
     kept = len(plans)
 
-    # The torn tail: everything after the last kept record.
     tail_bytes = 0
     segments_removed: list[str] = []
-    if kept > 0:
-        plan = plans[-1]
-        tail_bytes += plan.scan.size - plan.size_bytes
-        if plan.scan.size > plan.size_bytes:
-            plan.scan.log.truncate(plan.size_bytes)
-    for scan in scans[kept:]:
-        tail_bytes += scan.size
-        stem = segment_stem(scan.offset_base)
-        scan.log.close()
-        storage.remove(stem + LOG_SUFFIX)
-        segments_removed.append(stem + LOG_SUFFIX)
-        if scan.index is not None:
-            scan.index.close()
-            storage.remove(stem + INDEX_SUFFIX)
-            segments_removed.append(stem + INDEX_SUFFIX)
-
     rebuilt: list[str] = []
     repaired: list[str] = []
     segments: list[Segment] = []
-    for plan in plans:
-        index = _reconcile_index(storage, plan, rebuilt, repaired)
-        segment = Segment(
-            offset_base=plan.scan.offset_base,
-            op_base=plan.entries[0].op,
-            log=plan.scan.log,
-            index=index,
-        )
-        segment.size_bytes = plan.size_bytes
-        for slot, (position, offset, timestamp_us) in enumerate(plan.slots):
-            offset_after = plan.slots[slot + 1][1] if slot + 1 < len(plan.slots) else None
-            count = (plan.offset_next if offset_after is None else offset_after) - offset
-            segment.add(
-                position=position, offset=offset, message_count=count, timestamp_us=timestamp_us
-            )
-        assert segment.offset_next == plan.offset_next
-        assert segment.op_last == plan.entries[-1].op
-        segments.append(segment)
+    held: list[StorageFile] = []  # closed again if recovery fails (invariant 5)
+    try:
+        # The torn tail: everything after the last kept record.
+        active_log: StorageFile | None = None
+        if kept > 0:
+            plan = plans[-1]
+            tail_bytes += plan.scan.size - plan.size_bytes
+            active_log = storage.open(segment_stem(plan.scan.offset_base) + LOG_SUFFIX)
+            held.append(active_log)
+            if plan.scan.size > plan.size_bytes:
+                active_log.truncate(plan.size_bytes)
+        for scan in scans[kept:]:
+            tail_bytes += scan.size
+            stem = segment_stem(scan.offset_base)
+            storage.remove(stem + LOG_SUFFIX)
+            segments_removed.append(stem + LOG_SUFFIX)
+            if scan.has_index:
+                storage.remove(stem + INDEX_SUFFIX)
+                segments_removed.append(stem + INDEX_SUFFIX)
 
-    # Make everything kept durable, whatever the page cache held before we came.
-    for segment in segments:
-        segment.log.sync()
-        segment.index.sync()
-    storage.sync_directory()
+        for number, plan in enumerate(plans):
+            active = number == kept - 1
+            if active:
+                assert active_log is not None
+                log = active_log
+            else:
+                log = storage.open(segment_stem(plan.scan.offset_base) + LOG_SUFFIX)
+                held.append(log)
+            index = _reconcile_index(storage, plan, rebuilt, repaired)
+            held.append(index)
+            segment = Segment(
+                offset_base=plan.scan.offset_base,
+                op_base=plan.entries[0].op,
+                log=log,
+                index=index,
+            )
+            segment.size_bytes = plan.size_bytes
+            for slot, (position, offset, timestamp_us) in enumerate(plan.slots):
+                offset_after = plan.slots[slot + 1][1] if slot + 1 < len(plan.slots) else None
+                count = (plan.offset_next if offset_after is None else offset_after) - offset
+                segment.add(
+                    position=position,
+                    offset=offset,
+                    message_count=count,
+                    timestamp_us=timestamp_us,
+                )
+            assert segment.offset_next == plan.offset_next
+            assert segment.op_last == plan.entries[-1].op
+            # Make everything kept durable, whatever the page cache held before we came.
+            log.sync()
+            index.sync()
+            if not active and not keep_sealed_files_open:
+                # A sealed segment: the journal opens its files again when it needs them.
+                segment.log = segment.index = None
+                held.remove(log)
+                held.remove(index)
+                log.close()
+                index.close()
+            segments.append(segment)
+        storage.sync_directory()
+    except BaseException:
+        for file in held:
+            with suppress(OSError):
+                file.close()
+        raise
 
     for earlier, later in pairwise(segments):
         assert later.op_base == earlier.op_last + 1

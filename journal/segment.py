@@ -68,7 +68,11 @@ def parse_segment_name(name: str) -> tuple[int, str] | None:
 
 
 class Segment:
-    """The in-memory state of one segment and its two open files."""
+    """The in-memory state of one segment, and its two files while they are open.
+
+    The journal owns the files: a sealed segment's are None while released, and opened
+    again when a read, repair or truncation needs them (``journal.journal``, invariant 7).
+    """
 
     __slots__ = (
         "index",
@@ -87,8 +91,8 @@ class Segment:
         *,
         offset_base: int,
         op_base: int,
-        log: StorageFile,
-        index: StorageFile,
+        log: StorageFile | None,
+        index: StorageFile | None,
     ) -> None:
         assert offset_base >= 0
         assert op_base >= 1

@@ -14,6 +14,9 @@ Invariants:
 3. A file object holds nothing but its descriptor, so one thread may ``sync()`` a file
    while another writes to it: ``pwritev`` and ``fdatasync`` on one descriptor are
    independent system calls. This is what the journal's sync concurrency contract needs.
+4. A storage holds one descriptor of its own, its directory's, from construction until
+   ``close`` (which may be called again: a storage being given up after a failure is
+   closed by whoever gets there first).
 """
 
 from __future__ import annotations
@@ -154,9 +157,10 @@ class FileStorage:
         os.fsync(self._directory_fd)
 
     def close(self) -> None:
-        """Releases the directory descriptor."""
-        os.close(self._directory_fd)
-        self._directory_fd = -1
+        """Releases the directory descriptor (once; later calls do nothing)."""
+        fd, self._directory_fd = self._directory_fd, -1
+        if fd >= 0:
+            os.close(fd)
 
 
 def _fsync_directory_path(path: str) -> None:

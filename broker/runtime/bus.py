@@ -31,6 +31,12 @@ Invariants:
 7. A consensus message for a group this node has not created yet is held (at most
    ``HELD_MESSAGES_MAX`` at once, each at most ``GROUP_WAIT_S``) until the group opens,
    then delivered; otherwise dropped and counted, like a lost message.
+8. Descriptors are bounded: at most ``BUS_HANDSHAKES_MAX`` accepted connections are in
+   the handshake at once (one more makes the oldest give way: a stranger holding idle
+   sockets cannot lock the peers out, it must out-pace their one round trip), and at
+   most ``BUS_CONNECTIONS_PER_PEER_MAX`` authenticated ones per roster peer (more are
+   closed at once). Every such refusal is logged, rate-limited. The bus holds at most
+   ``bus_descriptors_max(replica_count)`` descriptors.
 
 Wire format: after the handshake, frames of ``[size u32][kind u8][3 zero bytes]`` and
 ``size`` payload bytes. Kind 1 carries one consensus frame (``consensus.messages``, with
@@ -53,6 +59,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
+from broker.core.refusals import RefusalLimiter
 from broker.runtime.config import parse_address
 from broker.runtime.group import (
     GroupHost,
@@ -74,6 +81,14 @@ log = logging.getLogger("viewstream.bus")
 NONCE_SIZE: Final = 32
 MAC_SIZE: Final = 32
 HANDSHAKE_TIMEOUT_S: Final = 5.0
+"""An accepted connection that has not authenticated within this long is closed."""
+BUS_HANDSHAKES_MAX: Final = 8
+"""Accepted connections in the handshake at once; one more closes the oldest of them."""
+BUS_CONNECTIONS_PER_PEER_MAX: Final = 2
+"""Authenticated connections accepted from one peer at once: its link and the redial that
+replaces it; one more is closed at once."""
+BUS_LISTENERS_MAX: Final = 2
+"""Listening sockets of the bus (an IPv4 and an IPv6 one at most)."""
 BUS_FRAME_SIZE_MAX: Final = MESSAGE_SIZE_MAX + 1024
 OUTGOING_BYTES_MAX: Final = 256 * 1024 * 1024
 RECONNECT_BACKOFF_MIN_S: Final = 0.05
@@ -117,6 +132,15 @@ _SESSION_ERRORS: Final = {ClientError.NO_SESSION: 1, ClientError.SESSION_EVICTED
 _SESSION_ERRORS_BY_CODE: Final = {code: error for error, code in _SESSION_ERRORS.items()}
 
 
+def bus_descriptors_max(replica_count: int) -> int:
+    """The most descriptors the bus of one node of ``replica_count`` holds (invariant 8):
+    its listeners, the connections in the handshake, and per peer the connections it
+    accepted or dialed (a pair of nodes uses one side only)."""
+    assert replica_count >= 1
+    peers = replica_count - 1
+    return BUS_LISTENERS_MAX + BUS_HANDSHAKES_MAX + peers * BUS_CONNECTIONS_PER_PEER_MAX
+
+
 class BusError(Exception):
     """A peer broke the bus protocol or failed authentication."""
 
@@ -157,6 +181,18 @@ class Peer:
     connected: trio.Event = field(default_factory=trio.Event)
     bytes_sent: int = 0
     frames_dropped: int = 0
+    #: Authenticated connections accepted from this peer and not yet closed.
+    accepted: int = 0
+
+
+@dataclass(eq=False)
+class _Handshake:
+    """One accepted connection in the handshake: its deadline, and whether it was closed
+    to make room for a newer one."""
+
+    address: str
+    scope: trio.CancelScope
+    evicted: bool = False
 
 
 class ReplicaBus:
@@ -180,6 +216,9 @@ class ReplicaBus:
         # A primary sends the same prepare to every backup: encode (and checksum) it once.
         self._last_message: Message | None = None
         self._last_frame = b""
+        # Accepted connections in the handshake, oldest first (at most BUS_HANDSHAKES_MAX).
+        self._handshakes: list[_Handshake] = []
+        self._refusals = RefusalLimiter()
 
     # -- outbound (any task) ----------------------------------------------------------------
 
@@ -300,17 +339,68 @@ class ReplicaBus:
             backoff = min(backoff * 2, RECONNECT_BACKOFF_MAX_S)
 
     async def _accept(self, stream: trio.SocketStream) -> None:
+        """Serve one accepted connection: authenticate it, then carry its peer's link."""
         try:
-            with trio.fail_after(HANDSHAKE_TIMEOUT_S):
-                peer = await self._handshake_accept(stream)
-            if peer.stream is not None:
-                # The peer redialed: the old link is dead to it, so it is dead to us.
-                await trio.aclose_forcefully(peer.stream)
-            await self._serve_peer(peer, stream)
-        except (BusError, OSError, trio.BrokenResourceError, trio.TooSlowError) as error:
-            log.info("bus connection refused or ended: %s", error)
+            peer = await self._authenticate(stream)
+            if peer is None:
+                return
+            if peer.accepted >= BUS_CONNECTIONS_PER_PEER_MAX:
+                most = BUS_CONNECTIONS_PER_PEER_MAX
+                self._refused(f"replica {peer.index}: more than {most} connections at once")
+                return
+            peer.accepted += 1
+            try:
+                if peer.stream is not None:
+                    # The peer redialed: the old link is dead to it, so it is dead to us.
+                    await trio.aclose_forcefully(peer.stream)
+                await self._serve_peer(peer, stream)
+            finally:
+                peer.accepted -= 1
+        except (BusError, OSError, trio.BrokenResourceError) as error:
+            log.info("bus connection ended: %s", error)
         finally:
             await trio.aclose_forcefully(stream)
+
+    async def _authenticate(self, stream: trio.SocketStream) -> Peer | None:
+        """The peer an accepted connection proved to be, within the handshake timeout and
+        a slot among ``BUS_HANDSHAKES_MAX`` (invariant 8); None if it did not."""
+        slot = _Handshake(
+            _address_of(stream),
+            trio.CancelScope(deadline=trio.current_time() + HANDSHAKE_TIMEOUT_S),
+        )
+        if len(self._handshakes) >= BUS_HANDSHAKES_MAX:
+            oldest = self._handshakes.pop(0)
+            oldest.evicted = True
+            oldest.scope.cancel()
+        self._handshakes.append(slot)
+        peer: Peer | None = None
+        try:
+            with slot.scope:
+                peer = await self._handshake_accept(stream)
+        except (BusError, OSError, trio.BrokenResourceError) as error:
+            self._refused(f"{slot.address}: {error}")
+        finally:
+            if slot in self._handshakes:
+                self._handshakes.remove(slot)
+        if peer is not None:
+            return peer
+        if slot.evicted:
+            self._refused(
+                f"{slot.address}: closed in its handshake to make room, "
+                f"more than {BUS_HANDSHAKES_MAX} at once"
+            )
+        elif slot.scope.cancelled_caught:
+            self._refused(f"{slot.address}: no handshake within {HANDSHAKE_TIMEOUT_S} s")
+        return None
+
+    def _refused(self, reason: str) -> None:
+        """One line per refused bus connection, at most ``REFUSAL_LINES_PER_WINDOW_MAX``
+        per window: a flood of strangers must not fill the log."""
+        admitted, left_out = self._refusals.admit(trio.current_time())
+        if not admitted:
+            return
+        more = f" ({left_out} more refusals not logged)" if left_out else ""
+        log.info("bus connection refused: %s%s", reason, more)
 
     async def _handshake_accept(self, stream: trio.SocketStream) -> Peer:
         nonce = os.urandom(NONCE_SIZE)
@@ -580,6 +670,14 @@ class ReplicaBus:
         ask = peer.read_indexes.pop(token, None)
         if ask is not None:
             ask.answer(commit if answered else None)
+
+
+def _address_of(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+    except OSError:
+        return "a closed connection"
+    return f"{host}:{port}"
 
 
 async def _receive_exactly(stream: trio.SocketStream, size: int) -> bytes:

@@ -73,6 +73,27 @@ class Limits(BaseModel):
         description="A frame that has started arriving must finish within this time "
         "(drops slowloris clients that send half a header and stall).",
     )
+    login_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="A connection that has not logged in this long after it was accepted "
+        "is closed (after the answers to what it sent). PING is served before login but "
+        "does not extend it.",
+    )
+    unauthenticated_connections_per_address_max: int = Field(
+        64,
+        ge=1,
+        description="Connections of one client address (IP) that have not logged in; one "
+        "more is closed as it is accepted. A connection stops counting once it logs in.",
+    )
+    incoming_frame_bytes_max: int = Field(
+        256 * 1024 * 1024,
+        ge=4096,
+        le=1 << 40,
+        description="Bytes held for incoming frames over all connections, each frame "
+        "counted at its declared size from its header until it is answered; a frame that "
+        "does not fit waits, unread (TCP backpressure). At least `frame_size_bytes_max`.",
+    )
     disk_budget_bytes: int = Field(
         0,
         ge=0,
@@ -85,6 +106,27 @@ class Limits(BaseModel):
         description="Free space the node leaves on its data directory's file system; "
         "below it the node refuses new messages as when over its budget.",
     )
+    # -- descriptors
+    partition_descriptors_reserved: int = Field(
+        5120,
+        ge=0,
+        description="File descriptors set aside for partitions' journals, 5 per open "
+        "partition (its two directories, its active segment's log and index, a sealed log "
+        "for reads): 1,024 partitions. A partition beyond it is refused (58) until another "
+        "closes. At "
+        "start the node raises its soft RLIMIT_NOFILE to the hard limit and refuses to "
+        "start unless `connections_max`, the replica bus, this reserve and a fixed margin "
+        "fit in it.",
+    )
+
+    @model_validator(mode="after")
+    def _check_frame_budget(self) -> Limits:
+        if self.incoming_frame_bytes_max < self.frame_size_bytes_max:
+            raise ValueError(
+                f"incoming_frame_bytes_max ({self.incoming_frame_bytes_max}) must be at least "
+                f"frame_size_bytes_max ({self.frame_size_bytes_max}): a largest frame must fit"
+            )
+        return self
 
 
 class Config(BaseSettings):

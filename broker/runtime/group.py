@@ -24,6 +24,25 @@ Invariants:
    respected before a request is handed to it, so nothing is dropped for being early.
 5. Every submission is answered exactly once: with the committed reply, a refusal decided
    before commit, a lost session, or (by its submitter, on timeout) abandoned.
+6. A storage shortage never ends the node. A journal action refused for want of a
+   descriptor (``EMFILE``, ``ENFILE``: the journal opened nothing and changed nothing) is
+   retried in place, with a backoff up to ``STORAGE_RETRY_BACKOFF_MAX_S``: by the
+   metadata group until it succeeds, by a partition group ``STORAGE_RETRIES_MAX`` times
+   (then the shortage fails it, which gives its descriptors back). A partition
+   group whose storage cannot be opened (any ``OSError``), or fails while serving for
+   want of descriptors, room or memory (``STORAGE_SHORTAGE_ERRNOS``), is *failed*: it
+   releases its files, refuses every request with TransientNotAccepted (58), drops peer
+   messages, and opens again (recovery, as after a restart) with a backoff up to
+   ``OPEN_RETRY_BACKOFF_MAX_S``, so it recovers once descriptors are free again. The
+   metadata group is never failed: the node cannot serve without it, so a failure to
+   open it, or any other storage failure, still ends the node, as does damage that
+   recovery cannot resolve (``JournalError``) in any group.
+7. Partition groups hold at most their reserve of descriptors (``DescriptorReserve``,
+   ``limits.partition_descriptors_reserved``): a group is charged
+   ``PARTITION_DESCRIPTORS_CHARGED`` while its storage is open, and one that finds the
+   reserve full is failed as in invariant 6 until another gives its charge back. So
+   partitions can never take the descriptors the client connections, the replica bus
+   and the metadata group were promised at start (``broker.runtime.serve``).
 
 Theory of operation: the loop drains pending ticks, then queued events, then admits
 queued client requests while the replica is a ready primary with room in its pipeline.
@@ -42,20 +61,23 @@ once written; a persisted one once synced.
 from __future__ import annotations
 
 import enum
+import errno
 import logging
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import trio
 
+from broker.core.refusals import RefusalLimiter
 from broker.runtime.disk import DiskGuard
 from broker.runtime.flush import Flusher
 from broker.runtime.stats import GroupCounters
-from broker.runtime.store import GroupStore
+from broker.runtime.store import GroupStore, Recovered
 from broker.state.plane import MetadataMachine, PartitionMachine
 from consensus import (
     Action,
@@ -81,6 +103,7 @@ from consensus import (
     WriteSuperblock,
 )
 from consensus.messages import RepairPrepare
+from journal import JournalBroken
 from sdk.wire import IggyErrorCode
 from sdk.wire.batch import BATCH_HEADER
 from sdk.wire.codes import Operation
@@ -88,6 +111,7 @@ from sdk.wire.codes import Operation
 log = logging.getLogger("viewstream.group")
 
 _T = TypeVar("_T")
+_E = TypeVar("_E", bound=BaseException)
 
 INBOX_EVENTS_MAX: Final = 4096
 """Peer messages queued for one group; more are dropped (the sender retransmits)."""
@@ -99,6 +123,66 @@ EVENTS_PER_PASS_MAX: Final = 256
 
 METADATA_GROUP: Final = 0
 """The metadata group's id; partition groups have ids above it."""
+
+DESCRIPTOR_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE})
+"""A file could not be opened for want of a descriptor, the process's or the system's:
+the journal changed nothing, and the same action may succeed once one is free."""
+STORAGE_SHORTAGE_ERRNOS: Final = DESCRIPTOR_ERRNOS | {errno.ENOSPC, errno.EDQUOT, errno.ENOMEM}
+"""Shortages that fail a serving partition group (invariant 6) rather than the node."""
+STORAGE_RETRY_BACKOFF_MIN_S: Final = 0.05
+STORAGE_RETRY_BACKOFF_MAX_S: Final = 2.0
+"""Pause between attempts of a journal action refused for want of a descriptor."""
+STORAGE_RETRIES_MAX: Final = 5
+"""Retries of such an action by a partition group (about 1.5 s) before it fails: a
+stalled group would hold its descriptors and time its requests out instead."""
+OPEN_RETRY_BACKOFF_MIN_S: Final = 0.1
+OPEN_RETRY_BACKOFF_MAX_S: Final = 5.0
+"""Pause between attempts to open a failed partition group's storage (with jitter)."""
+PARTITION_DESCRIPTORS_CHARGED: Final = 5
+"""Descriptors one open partition group is charged (invariant 7): its group's and its
+journal's directories, its active segment's log and index, and the sealed log it keeps for
+reads. Segments sealed since the last sync and files open for a moment (a superblock copy,
+a checkpoint, a directory listing) come out of the node's margin."""
+
+
+@dataclass(slots=True)
+class DescriptorReserve:
+    """The descriptors the partition groups of one process may hold (invariant 7).
+
+    One per process, like the descriptor table it stands for: ``serve`` sets its size
+    from the configuration before the node starts; unset, it is unbounded (groups hosted
+    by tests).
+    """
+
+    descriptors_max: int | None = None
+    groups: int = 0
+    """Partition groups holding a charge now."""
+
+    def take(self) -> bool:
+        """Charge one more open partition group, if the reserve has room for it."""
+        needed = (self.groups + 1) * PARTITION_DESCRIPTORS_CHARGED
+        if self.descriptors_max is not None and needed > self.descriptors_max:
+            return False
+        self.groups += 1
+        return True
+
+    def give(self) -> None:
+        assert self.groups > 0
+        self.groups -= 1
+
+    def describe(self) -> str:
+        return (
+            f"{self.groups} partitions open, {PARTITION_DESCRIPTORS_CHARGED} descriptors "
+            f"each, limits.partition_descriptors_reserved = {self.descriptors_max}"
+        )
+
+
+PARTITION_DESCRIPTORS: Final = DescriptorReserve()
+"""This process's reserve (``DescriptorReserve``)."""
+
+_failure_lines = RefusalLimiter()
+"""The budget of group failure lines, shared: ten thousand partitions that fail together
+must not write ten thousand lines (the rest are counted in the next line)."""
 
 
 class GroupKind(enum.Enum):
@@ -213,6 +297,7 @@ class GroupHost:
         partition: PartitionIds | None = None,
         disk: DiskGuard | None = None,
         flusher: Flusher | None = None,
+        descriptors: DescriptorReserve = PARTITION_DESCRIPTORS,
     ) -> None:
         assert (kind is GroupKind.PARTITION) == (partition is not None)
         self.disk = disk
@@ -240,7 +325,19 @@ class GroupHost:
         self.partition_machine: PartitionMachine | None = None
         self.counters = GroupCounters()
         self.opened = trio.Event()
+        """Set once the first attempt to open the storage ended: with the replica ready,
+        or with the group failed (``failure``; invariant 6)."""
         self.closed = trio.Event()
+        self.failure: str | None = None
+        """Why this partition group is failed (its storage is closed), or None."""
+        self._created: bool | None = None
+        """Whether the group's storage is new (formatted by its first open), decided once
+        before that open, until the group served: a retry of a failed first open formats
+        too."""
+        self._retry_prng = random.Random(group_id)  # the open retries' jitter, its own
+        self._descriptors = descriptors
+        self._charged = False
+        """Whether this group holds a charge of ``descriptors`` (invariant 7)."""
         self.forward: Callable[[GroupHost, Submission], bool] | None = None
         """Set by the node in a cluster: hands a request this replica cannot take to the
         primary's node; returns False when it cannot (the request is then refused)."""
@@ -300,7 +397,7 @@ class GroupHost:
 
     def submit(self, submission: Submission) -> None:
         """Queue a client request; its outcome arrives through ``submission.deliver``."""
-        if self._stopping:
+        if self._stopping or self.failure is not None:
             submission.answer(Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
             return
         self._requests.append(submission)
@@ -374,59 +471,207 @@ class GroupHost:
     # -- the task ---------------------------------------------------------------------------
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Open the storage, recover, then serve until cancelled."""
+        """Open the storage, recover, then serve until cancelled.
+
+        ``task_status`` is told once the first attempt to open ended: the metadata group
+        raises if it failed; a partition group is then failed and keeps trying to open
+        (invariant 6).
+        """
         try:
-            store = await trio.to_thread.run_sync(self._open_store)
-            self.store = store
-            recovered = await trio.to_thread.run_sync(store.recovered)
-            session_live: Callable[[int, int], bool] | None = None
             if self.kind is GroupKind.METADATA:
-                self.metadata = MetadataMachine()
-                machine: MetadataMachine | PartitionMachine = self.metadata
-                session_live = self.metadata.session_live
+                recovered = await self._open()
+                await self._serve(recovered, task_status.started)
             else:
-                assert self.partition is not None
-                p = self.partition
-                self.partition_machine = PartitionMachine(
-                    p.stream_id, p.topic_id, p.partition_id, store
-                )
-                machine = self.partition_machine
-            self.replica = Replica(
-                self.group_id,
-                self.replica_index,
-                self.replica_count,
-                store,
-                machine,
-                self._prng,
-                persisted=self.persisted,
-                durable=recovered.durable,
-                checkpoint=recovered.checkpoint,
-                register_operation=(
-                    Operation.REGISTER if self.kind is GroupKind.METADATA else None
-                ),
-                session_live=session_live,
-                config=self._replica_config,
-            )
-            self._commit_seen = self.replica.commit_min
-            self.opened.set()
-            self._applied.set()
-            self._applied = trio.Event()
-            task_status.started()
-            if self.replica.commit_min > 0:
-                self._on_applied(self)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._syncer)
-                if recovered.durable is not None:
-                    # A restarted replica's first actions come from its first step.
-                    await self._step(Ticked())
-                await self._loop()
+                await self._serve_contained(task_status.started)
         finally:
             self._refuse_all(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
             self.closed.set()
 
+    async def _open(self) -> Recovered:
+        """Open the storage and read what recovery needs; on failure nothing stays open."""
+        store = await trio.to_thread.run_sync(self._open_store)
+        self.store = store
+        try:
+            return await trio.to_thread.run_sync(store.recovered)
+        except BaseException:
+            self.store = None
+            await self._close_store(store)
+            raise
+
+    async def _serve(self, recovered: Recovered, started: Callable[[], None]) -> None:
+        """Build the replica on the open storage and step it until cancelled."""
+        store = self.store
+        assert store is not None
+        session_live: Callable[[int, int], bool] | None = None
+        if self.kind is GroupKind.METADATA:
+            self.metadata = MetadataMachine()
+            machine: MetadataMachine | PartitionMachine = self.metadata
+            session_live = self.metadata.session_live
+        else:
+            assert self.partition is not None
+            p = self.partition
+            self.partition_machine = PartitionMachine(
+                p.stream_id, p.topic_id, p.partition_id, store
+            )
+            machine = self.partition_machine
+        self.replica = Replica(
+            self.group_id,
+            self.replica_index,
+            self.replica_count,
+            store,
+            machine,
+            self._prng,
+            persisted=self.persisted,
+            durable=recovered.durable,
+            checkpoint=recovered.checkpoint,
+            register_operation=(Operation.REGISTER if self.kind is GroupKind.METADATA else None),
+            session_live=session_live,
+            config=self._replica_config,
+        )
+        self._created = False  # it may acknowledge prepares from now on
+        self._commit_seen = self.replica.commit_min
+        self.opened.set()
+        self._applied.set()
+        self._applied = trio.Event()
+        started()
+        if self.replica.commit_min > 0:
+            self._on_applied(self)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._syncer)
+            if recovered.durable is not None:
+                # A restarted replica's first actions come from its first step.
+                await self._step(Ticked())
+            await self._loop()
+
+    async def _serve_contained(self, started: Callable[[], None]) -> None:
+        """A partition group's life: open and serve; when the storage cannot be opened or
+        runs short, fail, release it, and open again later (invariant 6)."""
+        backoff_s = OPEN_RETRY_BACKOFF_MIN_S
+        told = False
+
+        def tell() -> None:
+            nonlocal told
+            if not told:
+                told = True
+                started()
+
+        while True:
+            failure: OSError | None = None
+            if not self._charged and not self._descriptors.take():
+                failure = OSError(
+                    errno.EMFILE, f"no descriptor reserve left ({self._descriptors.describe()})"
+                )
+            else:
+                self._charged = True
+                try:
+                    recovered = await self._open()
+                except OSError as error:
+                    failure = error
+                else:
+                    if self.failure is not None:
+                        self._log_failure_line(logging.INFO, "%s: storage open again", self._name())
+                        self.failure = None
+                    backoff_s = OPEN_RETRY_BACKOFF_MIN_S
+                    failure = await self._serve_until_short(recovered, tell)
+            # Failed first, so that whoever its refusals wake finds it failed; then its
+            # replica and storage go, and so does its charge.
+            self._fail(failure)
+            await self._discard()
+            self._give_charge()
+            tell()
+            # Jitter spreads the retries of many groups that failed together.
+            await trio.sleep(backoff_s * (0.5 + self._retry_prng.random()))
+            backoff_s = min(backoff_s * 2, OPEN_RETRY_BACKOFF_MAX_S)
+
+    async def _serve_until_short(
+        self, recovered: Recovered, started: Callable[[], None]
+    ) -> OSError:
+        """Serve until the storage fails for want of descriptors, room or memory, and
+        return why (the storage is still open). Any other failure propagates (it ends the
+        node); a ``JournalBroken`` beside the shortage is its echo (the syncer found the
+        journal broken by it)."""
+        failure: OSError | None = None
+        try:
+            await self._serve(recovered, started)
+        except* (OSError, JournalBroken) as group:
+            errors = [error for error in _leaves(group) if isinstance(error, OSError)]
+            if not errors or any(e.errno not in STORAGE_SHORTAGE_ERRNOS for e in errors):
+                raise
+            failure = errors[0]
+        assert failure is not None  # serving ends only by an exception
+        return failure
+
+    def _fail(self, error: OSError) -> None:
+        """Mark the group failed: every request is refused until its storage opens."""
+        first = self.failure is None
+        self.failure = f"{error.strerror or error} ({errno.errorcode.get(error.errno or 0, '?')})"
+        if first:
+            self._log_failure_line(
+                logging.WARNING,
+                "%s failed: its storage cannot be used: %s; refusing its requests and "
+                "opening it again with a backoff",
+                self._name(),
+                error,
+            )
+        else:
+            log.debug("%s: its storage still cannot be opened: %s", self._name(), error)
+        self._refuse_all(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+        self.opened.set()
+
+    def _log_failure_line(self, level: int, message: str, *args: object) -> None:
+        """A failure or recovery line, within the node's shared budget of them."""
+        admitted, left_out = _failure_lines.admit(trio.current_time())
+        if not admitted:
+            return
+        if left_out:
+            message += f" ({left_out} more group failure lines not logged)"
+        log.log(level, message, *args)
+
+    def _give_charge(self) -> None:
+        if self._charged:
+            self._charged = False
+            self._descriptors.give()
+
+    async def _discard(self) -> None:
+        """Forget the replica and release the storage, if any, of a failed group (the
+        task's nursery is gone, so no sync or journal action is in flight). The partition
+        machine stays until a new one replaces it: a read that raced the failure finds its
+        storage closed (``EBADF``) rather than a missing machine."""
+        self.replica = None
+        self._inbox.clear()
+        self._synced = None
+        self._in_flight.clear()
+        self._ticks_pending = 0
+        self._ticks_due = 1
+        self._ticks_due_stale = True
+        self._view_seen = None
+        self._transfer_seen = None
+        self._read_floor_seen = None
+        self._refuse_all(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+        store, self.store = self.store, None
+        if store is not None:
+            await self._close_store(store)
+        self._wake_readers()
+
+    async def _close_store(self, store: GroupStore) -> None:
+        """Close a store being given up; a failure to close is logged (its descriptors
+        are released whatever ``close`` says)."""
+        with trio.CancelScope(shield=True):
+            try:
+                await trio.to_thread.run_sync(store.close)
+            except OSError as error:
+                log.warning("%s: closing its storage failed: %s", self._name(), error)
+
     def _open_store(self) -> GroupStore:
+        """Open the storage (in a worker thread)."""
+        if self._created is None:
+            self._created = not self.path.exists()
         return GroupStore(
-            self.path, no_sync=self._no_sync, segment_size_bytes=self._segment_size_bytes
+            self.path,
+            no_sync=self._no_sync,
+            segment_size_bytes=self._segment_size_bytes,
+            keep_sealed_files_open=self.kind is GroupKind.METADATA,
+            created=self._created,
         )
 
     async def close(self) -> None:
@@ -434,9 +679,13 @@ class GroupHost:
         self._stopping = True
         store = self.store
         if store is None:
+            self._give_charge()
             return
         await self._wait_sync_idle()
-        await trio.to_thread.run_sync(store.close)
+        try:
+            await trio.to_thread.run_sync(store.close)
+        finally:
+            self._give_charge()
 
     async def _loop(self) -> None:
         while True:
@@ -499,7 +748,10 @@ class GroupHost:
                 self._send(self.group_id, action.replica, action.message)
             elif isinstance(action, AppendToJournal):
                 prepare = action.prepare
-                store.append(prepare)
+                try:
+                    store.append(prepare)
+                except OSError as error:
+                    await self._retry_storage("append", error, partial(_now, store.append, prepare))
                 written = prepare
                 self._count_prepare(prepare)
             elif isinstance(action, ReplyToClient):
@@ -507,18 +759,24 @@ class GroupHost:
             elif isinstance(action, SyncJournal):
                 self._sync_wanted.set()
             elif isinstance(action, TruncateJournal):
-                await self._with_journal_busy(store.truncate, action.after_op)
+                truncate = partial(self._with_journal_busy, store.truncate, action.after_op)
+                await self._storage_action("truncate", truncate)
                 if written is not None and written.op > action.after_op:
                     written = None
             elif isinstance(action, WriteSuperblock):
-                await trio.to_thread.run_sync(store.write_superblock, action.state)
+                write = partial(trio.to_thread.run_sync, store.write_superblock, action.state)
+                await self._storage_action("superblock write", write)
             elif isinstance(action, RepairJournal):
-                await self._with_journal_busy(store.repair, action.prepare)
+                repair = partial(self._with_journal_busy, store.repair, action.prepare)
+                await self._storage_action("repair", repair)
                 self.counters.records_repaired += 1
                 repaired = True
             else:
                 assert isinstance(action, WriteCheckpoint)
-                await self._with_journal_busy(store.write_checkpoint, action.op, action.snapshot)
+                checkpoint = partial(
+                    self._with_journal_busy, store.write_checkpoint, action.op, action.snapshot
+                )
+                await self._storage_action("checkpoint", checkpoint)
                 self.counters.checkpoints += 1
         replica = self.replica
         if repaired and self.partition_machine is not None and replica and replica.log_whole:
@@ -750,6 +1008,40 @@ class GroupHost:
         while self._sync_in_flight:
             await self._sync_idle.wait()
 
+    async def _storage_action(self, what: str, run: Callable[[], Awaitable[_T]]) -> _T:
+        """``run()``, retried in place while it is refused for want of a descriptor."""
+        try:
+            return await run()
+        except OSError as error:
+            return await self._retry_storage(what, error, run)
+
+    async def _retry_storage(
+        self, what: str, error: OSError, run: Callable[[], Awaitable[_T]]
+    ) -> _T:
+        """Retry a journal action that ``error`` refused, while it is refused for want of
+        a descriptor and left the journal whole (invariant 6); re-raise anything else."""
+        backoff_s = STORAGE_RETRY_BACKOFF_MIN_S
+        retries = 0
+        retries_max = STORAGE_RETRIES_MAX if self.kind is GroupKind.PARTITION else None
+        while True:
+            store = self.store
+            if error.errno not in DESCRIPTOR_ERRNOS or store is None or store.broken is not None:
+                raise error
+            if retries_max is not None and retries >= retries_max:
+                raise error  # a partition group fails rather than stall (invariant 6)
+            if retries == 0:
+                log.warning("%s: %s refused: %s; retrying", self._name(), what, error)
+            retries += 1
+            await trio.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, STORAGE_RETRY_BACKOFF_MAX_S)
+            try:
+                result = await run()
+            except OSError as again:
+                error = again
+                continue
+            log.info("%s: %s done after %d retries", self._name(), what, retries)
+            return result
+
     async def _with_journal_busy(self, function: Callable[..., _T], *args: Any) -> _T:
         await self._wait_sync_idle()
         self.journal_busy = True
@@ -759,3 +1051,19 @@ class GroupHost:
         finally:
             self.journal_busy = False
             self._journal_idle.set()
+
+
+async def _now(function: Callable[..., _T], *args: Any) -> _T:
+    """``function(*args)`` on the event loop, as an awaitable (for ``_storage_action``)."""
+    return function(*args)
+
+
+def _leaves(group: BaseExceptionGroup[_E]) -> list[_E]:
+    """The exceptions of ``group`` and of the groups nested in it."""
+    leaves: list[_E] = []
+    for error in group.exceptions:
+        if isinstance(error, BaseExceptionGroup):
+            leaves.extend(_leaves(error))
+        else:
+            leaves.append(error)
+    return leaves

@@ -28,14 +28,25 @@ Invariants:
    ``write_superblock`` and ``write_checkpoint`` are run only when no sync is in flight.
 3. With ``no_sync`` nothing is ever fsynced: syncs return at once and crash safety is
    given up for speed, as the operator asked.
+4. A few descriptors per group whatever its size: the group's and the journal's
+   directories and the active segment's two files, and for a moment a superblock copy or
+   a checkpoint being written. Sealed segments are opened on demand
+   (``journal.journal``, invariant 7), except in the metadata group's journal
+   (``keep_sealed_files_open``), whose reads happen inside consensus steps and must never
+   fail for want of a descriptor. A failed open releases everything it opened, so it can
+   be retried; a closed store refuses reads with ``EBADF`` rather than reach a closed
+   journal.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import shutil
 from collections import OrderedDict
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -62,6 +73,8 @@ CACHE_BYTES_MAX: Final = 16 * 1024 * 1024
 """Bytes of prepare bodies kept in memory per group."""
 CHECKPOINTS_KEPT: Final = 2
 """Checkpoint files kept: the newest, and the one the superblock may still name."""
+
+log = logging.getLogger("viewstream.store")
 
 _CHECKPOINT_PREFIX: Final = "checkpoint-"
 _CHECKPOINT_SUFFIX: Final = ".bin"
@@ -148,31 +161,63 @@ class Recovered:
 class GroupStore:
     """The journal, superblock and checkpoints of one group; implements ``Log``."""
 
-    def __init__(self, path: Path, *, no_sync: bool, segment_size_bytes: int) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        no_sync: bool,
+        segment_size_bytes: int,
+        keep_sealed_files_open: bool = False,
+        created: bool | None = None,
+    ) -> None:
         """Open (and recover) the storage in ``path``; blocks on the disk.
+
+        Args:
+            path: The group's directory (created if missing).
+            no_sync: Never fsync (invariant 3).
+            segment_size_bytes: The journal's segment roll size.
+            keep_sealed_files_open: Keep every segment's files open (invariant 4).
+            created: Whether this open formats the group; None: whether ``path`` is
+                missing. An earlier open of a new group that failed may have left the
+                directory behind without the group ever running: its retry says True.
 
         Raises:
             JournalError: recovery found damage it cannot resolve.
-            OSError: the disk failed.
+            OSError: the disk failed, or no descriptor was left; nothing stays open.
         """
         self.path = path
         self.no_sync = no_sync
         # Whether this open formats the group. A directory that already existed held a
         # replica that may have acknowledged prepares, even if its journal is now empty
         # (a torn first record) and it never wrote a superblock: it must recover.
-        self.created = not path.exists()
-        path.mkdir(parents=True, exist_ok=True)
-        self._group_files, self._group_storage = _storage(path, no_sync=no_sync)
-        self._journal_files, journal_storage = _storage(path / "journal", no_sync=no_sync)
-        self.journal = Journal.open(
-            journal_storage, JournalConfig(segment_size_bytes_max=segment_size_bytes)
+        self.created = not path.exists() if created is None else created
+        self._journal_config = JournalConfig(
+            segment_size_bytes_max=segment_size_bytes,
+            keep_sealed_files_open=keep_sealed_files_open,
         )
-        self.superblock = Superblock.open(self._group_storage)
+        path.mkdir(parents=True, exist_ok=True)
+        with ExitStack() as undo:
+            self._group_files, self._group_storage = _storage(path, no_sync=no_sync)
+            undo.callback(self._group_files.close)
+            self._journal_files, journal_storage = _storage(path / "journal", no_sync=no_sync)
+            undo.callback(self._journal_files.close)
+            self.journal = Journal.open(journal_storage, self._journal_config)
+            undo.callback(self.journal.close)
+            self.superblock = Superblock.open(self._group_storage)
+            undo.pop_all()
         self._cache: OrderedDict[int, Prepare] = OrderedDict()
         self._cache_bytes = 0
         self._closed = False
+        self._journal_reset_pending = False
+        """A reset of the journal (``_reset_journal``) closed the old one and has not
+        opened the new one yet: the checkpoint write that needs it is retried."""
         # Bytes written to the journal since open (for statistics).
         self.bytes_appended = 0
+
+    @property
+    def broken(self) -> str | None:
+        """Why the journal takes no more writes, or None (``Journal.broken``)."""
+        return self.journal.broken
 
     # -- recovery ---------------------------------------------------------------------------
 
@@ -201,6 +246,14 @@ class GroupStore:
     # -- Log (consensus.protocols) ----------------------------------------------------------
 
     def read(self, op: int) -> Prepare | None:
+        """The prepare of ``op``, or None if the journal does not hold it intact.
+
+        Raises:
+            OSError: the disk failed, a sealed segment could not be opened, or the store is
+                closed (``EBADF``: a reader that outlived its group's storage).
+        """
+        if self._closed:
+            raise OSError(errno.EBADF, f"{self.path}: the group's storage is closed")
         cached = self._cache.get(op)
         if cached is not None:
             return cached
@@ -299,18 +352,34 @@ class GroupStore:
             target.close()
         self._group_storage.rename(temporary, name)
         self._group_storage.sync_directory()
-        if self.journal.op_head < op:
+        if self._journal_reset_pending or self.journal.op_head < op:
             self._reset_journal()
 
     def _reset_journal(self) -> None:
-        """Start the journal afresh (state transfer skipped every op it held)."""
-        self.journal.close()
-        self._journal_files.close()
-        shutil.rmtree(self.path / "journal")
-        self._journal_files, journal_storage = _storage(self.path / "journal", no_sync=self.no_sync)
-        self.journal = Journal.open(journal_storage, self.journal.config)
-        for op in list(self._cache):
-            self._forget(op)
+        """Start the journal afresh (state transfer skipped every op it held).
+
+        The old journal is closed first (its descriptors make room for the new one's); if
+        the new one cannot be opened, the reset stays pending and the next call goes on.
+        """
+        if not self._journal_reset_pending:
+            self._journal_reset_pending = True
+            try:
+                self.journal.close()
+            finally:
+                self._journal_files.close()
+            for op in list(self._cache):
+                self._forget(op)
+        directory = self.path / "journal"
+        if directory.exists():
+            shutil.rmtree(directory)
+        files, journal_storage = _storage(directory, no_sync=self.no_sync)
+        try:
+            journal = Journal.open(journal_storage, self._journal_config)
+        except BaseException:
+            files.close()
+            raise
+        self._journal_files, self.journal = files, journal
+        self._journal_reset_pending = False
 
     def _remove_old_checkpoints(self, keep_op: int) -> None:
         names = sorted(
@@ -324,15 +393,16 @@ class GroupStore:
                 self._group_storage.remove(name)
 
     def close(self) -> None:
-        """Sync everything and release the files. Blocks on the disk."""
+        """Sync everything and release the files, even if the sync fails. Blocks on the
+        disk."""
         if self._closed:
             return
         self._closed = True
-        try:
-            self.journal.close()
-        finally:
-            self._journal_files.close()
-            self._group_files.close()
+        with ExitStack() as release:
+            release.callback(self._group_files.close)
+            release.callback(self._journal_files.close)
+            if not self._journal_reset_pending:
+                self.journal.close()
 
     def size_bytes(self) -> int:
         """Bytes in the journal's segments."""
@@ -357,15 +427,24 @@ class GroupStore:
 
 
 def remove_group_dir(path: Path) -> None:
-    """Delete a removed group's directory. Blocks on the disk."""
+    """Delete a removed group's directory. Blocks on the disk.
+
+    Best effort: the metadata op that removed the group is durable already, so a removal
+    that cannot be made durable (no descriptor left to sync the parent directory) is
+    logged rather than raised.
+    """
     shutil.rmtree(path, ignore_errors=True)
     parent = path.parent
-    if parent.is_dir():
-        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    if not parent.is_dir():
+        return
+    try:
+        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
+    except OSError as error:
+        log.warning("removed %s, but cannot sync its parent directory: %s", path, error)
 
 
 def _checkpoint_name(op: int) -> str:
