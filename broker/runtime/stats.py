@@ -73,7 +73,8 @@ class NodeCounters:
     connections_accepted: int = 0
     """Client connections accepted since start (refused ones excluded)."""
     connections_refused: int = 0
-    """Client connections closed at once because ``connections_max`` were open."""
+    """Client connections closed at once: ``connections_max`` were open, or their address
+    held ``limits.unauthenticated_connections_per_address_max`` not logged in."""
     connections_dropped: int = 0
     """Connections the node closed for cause: bad frames, timeouts (idle, slow reader or
     writer)."""

@@ -19,22 +19,34 @@ Invariants:
    ``Frame.header`` are ``memoryview`` slices of it, never copies, and the decoder
    never touches a buffer again once its frame is handed out (so the server may
    stamp a message batch in place).
-5. Buffered bytes are bounded by one frame: the decoder holds at most the frame in
-   progress plus the frames completed by the last :meth:`FrameDecoder.feed`.
+5. Memory follows the bytes received, never a declared size: the decoder holds the
+   bytes of the frame in progress that have arrived (a kept ``bytes`` input may carry
+   up to one input's worth beyond them), the unread rest of the last :meth:`feed` while
+   a frame is held, and the frames completed but not yet drained. A header declaring
+   64 MiB costs 256 bytes until its body arrives.
+6. With an ``admit`` callback, every complete header is shown to it before any of its
+   body is taken in; a header it refuses is *held*: :meth:`FrameDecoder.feed` must not
+   be called again until the caller resumes the frame (:meth:`FrameDecoder.resume`: its
+   body is then buffered as usual) or skips it (:meth:`FrameDecoder.skip`: its body is
+   read and discarded, and the frame never comes out).
 
-Theory of operation: ``feed`` copies incoming bytes exactly once, into the buffer of
-the frame they belong to (first a 256-byte header scratch, then a buffer sized from
-the header). That copy is the ownership boundary between the transport's receive
-buffer and the frame. Validation of the request fields the server enforces lives in
-``header.validate_request_header``, not here, so the same decoder serves the client.
+Theory of operation: the header is copied into a 256-byte scratch. A frame whose rest
+is all in hand is then copied once into its own buffer. Otherwise its bytes accumulate
+as they arrive: small pieces are appended to a tail ``bytearray`` of at most
+``CHUNK_COALESCE_BYTES``, and large pieces of an immutable ``bytes`` input are kept as
+views of it, not copied; once the last byte arrives the pieces are joined into the
+frame's buffer, one copy (for a moment the frame is held twice). That copy is the
+ownership boundary between the transport's receive buffers and the frame. Validation of
+the request fields the server enforces lives in ``header.validate_request_header``, not
+here, so the same decoder serves the client.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeAlias
 
 import xxhash
 
@@ -54,6 +66,8 @@ from sdk.wire.header import (
 )
 
 __all__ = [
+    "CHUNK_COALESCE_BYTES",
+    "AdmitHeader",
     "Frame",
     "FrameDecoder",
     "build_eviction_frame",
@@ -66,6 +80,10 @@ __all__ = [
 
 _SIZE_END: Final = SIZE_OFFSET + 4
 _U32_MAX: Final = 0xFFFF_FFFF
+
+CHUNK_COALESCE_BYTES: Final = 64 * 1024
+"""Pieces of a frame smaller than this are copied into one tail buffer as they arrive,
+up to this size, so a trickle of tiny reads costs bytes, not one object per read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,40 +135,74 @@ def _check_size(size: int, frame_size_max: int) -> None:
         )
 
 
+AdmitHeader: TypeAlias = Callable[[memoryview], bool]
+"""Shown each complete header (a view valid only during the call); False holds the frame."""
+
+
 class FrameDecoder:
     """Incremental frame decoder: :meth:`feed` bytes, then drain :meth:`next_frame`.
 
     Args:
         frame_size_max: The largest ``size`` accepted, header included.
+        admit: Asked about each complete header before its body is taken in; a header
+            it answers False for is held (module invariant 6). None: every frame is
+            taken in.
     """
 
     __slots__ = (
+        "_admit",
+        "_backlog",
         "_error",
-        "_frame",
-        "_frame_filled",
+        "_filled",
         "_frame_size_max",
         "_head",
         "_head_filled",
+        "_held",
+        "_parts",
         "_ready",
+        "_size",
+        "_skipping",
+        "_tail",
     )
 
-    def __init__(self, frame_size_max: int = FRAME_SIZE_MAX) -> None:
+    def __init__(
+        self, frame_size_max: int = FRAME_SIZE_MAX, *, admit: AdmitHeader | None = None
+    ) -> None:
         assert HEADER_SIZE <= frame_size_max <= _U32_MAX, frame_size_max
         self._frame_size_max = frame_size_max
+        self._admit = admit
         self._head = bytearray(HEADER_SIZE)
         self._head_filled = 0
-        self._frame: bytearray | None = None
-        self._frame_filled = 0
+        # The frame in progress once its header is complete: its declared size, the
+        # bytes of it taken in (header included), and where they are (module invariant 5).
+        self._size = 0
+        self._filled = 0
+        self._parts: list[Buffer] = []
+        self._tail = bytearray()
+        self._skipping = False
+        self._held = False
+        # While a frame is held: the rest of the feed that brought its header (bytes, or
+        # a view of an immutable input).
+        self._backlog: Buffer = b""
         self._ready: deque[Frame] = deque()
         self._error: ProtocolError | None = None
 
     @property
     def pending_bytes(self) -> int:
-        """Bytes of the incomplete frame buffered so far."""
-        return self._frame_filled if self._frame is not None else self._head_filled
+        """Bytes of the incomplete frame taken in so far, header included (read and
+        dropped ones too while a frame is skipped); 0 exactly between frames."""
+        return self._filled if self._size else self._head_filled
+
+    @property
+    def held_header(self) -> bytes | None:
+        """The header of the frame held at its header, or None when none is."""
+        return bytes(self._head) if self._held else None
 
     def feed(self, data: Buffer) -> None:
         """Take bytes from the transport.
+
+        An immutable ``bytes`` input may be kept by reference (views of it) until the
+        frame it carries is complete; any other buffer is copied before this returns.
 
         Raises:
             ProtocolError: on a frame size out of bounds or an unknown command; the
@@ -158,30 +210,64 @@ class FrameDecoder:
         """
         if self._error is not None:
             raise self._error
+        assert not self._held, "a held frame is resumed or skipped before more is fed"
         view = as_byte_view(data)
+        self._consume(view, isinstance(view.obj, bytes))
+
+    def resume(self) -> None:
+        """Take in the held frame's body, then the bytes fed after its header.
+
+        Raises:
+            ProtocolError: as :meth:`feed`, for the bytes after the held frame.
+        """
+        assert self._held, "no frame is held"
+        self._held = False
+        self._begin_body()
+        self._consume_backlog()
+
+    def skip(self) -> None:
+        """Read the held frame's body and drop it; the frame never comes out.
+
+        Raises:
+            ProtocolError: as :meth:`feed`, for the bytes after the held frame.
+        """
+        assert self._held, "no frame is held"
+        self._held = False
+        if self._size == HEADER_SIZE:
+            self._end_frame()
+        else:
+            self._skipping = True
+        self._consume_backlog()
+
+    def _consume_backlog(self) -> None:
+        backlog, self._backlog = self._backlog, b""
+        self._consume(as_byte_view(backlog), True)
+
+    def _consume(self, view: memoryview, immutable: bool) -> None:
         position = 0
         available = len(view)
         try:
             while position < available:
-                frame = self._frame
-                if frame is None:
+                if not self._size:
                     position += self._fill_head(view, position, available)
-                else:
-                    take = min(len(frame) - self._frame_filled, available - position)
-                    frame[self._frame_filled : self._frame_filled + take] = view[
-                        position : position + take
-                    ]
-                    self._frame_filled += take
+                    if self._held:
+                        rest = view[position:]
+                        self._backlog = rest if immutable else bytes(rest)
+                        return
+                elif self._skipping:
+                    take = min(self._size - self._filled, available - position)
+                    self._filled += take
                     position += take
-                    if self._frame_filled == len(frame):
-                        self._emit(frame)
-                        self._frame = None
-                        self._frame_filled = 0
+                    if self._filled == self._size:
+                        self._end_frame()
+                else:
+                    position += self._fill_body(view, position, available, immutable)
         except ProtocolError as error:
             self._error = error
-            self._frame = None
-            self._frame_filled = 0
+            self._end_frame()
             self._head_filled = 0
+            self._held = False
+            self._backlog = b""
             raise
 
     def _fill_head(self, view: memoryview, position: int, available: int) -> int:
@@ -196,21 +282,69 @@ class FrameDecoder:
         if filled == _SIZE_END:
             _check_size(peek_size(self._head), self._frame_size_max)
         elif filled == HEADER_SIZE:
-            command = peek_command(self._head)
-            size = peek_size(self._head)
+            command = peek_command(self._head)  # refuses an unknown one before the body
             self._head_filled = 0
-            if size == HEADER_SIZE:
+            size = peek_size(self._head)
+            admit = self._admit
+            if admit is not None and not admit(memoryview(self._head)):
+                self._size = size
+                self._filled = HEADER_SIZE
+                self._held = True
+            elif size == HEADER_SIZE:
                 self._ready.append(Frame(memoryview(bytearray(self._head)), command))
             else:
-                frame = bytearray(size)
-                frame[:HEADER_SIZE] = self._head
-                self._frame = frame
-                self._frame_filled = HEADER_SIZE
+                self._size = size
+                self._filled = HEADER_SIZE
+                self._tail = bytearray(self._head)
         return take
 
-    def _emit(self, frame: bytearray) -> None:
-        command = Command(frame[COMMAND_OFFSET])
-        self._ready.append(Frame(memoryview(frame), command))
+    def _begin_body(self) -> None:
+        self._tail = bytearray(self._head)
+        if self._size == HEADER_SIZE:
+            self._emit()
+
+    def _fill_body(self, view: memoryview, position: int, available: int, immutable: bool) -> int:
+        take = min(self._size - self._filled, available - position)
+        piece = view[position : position + take]
+        if take >= CHUNK_COALESCE_BYTES and immutable:
+            # A large piece of an immutable input: keep a view of it, copy it once when
+            # the frame is joined.
+            if self._tail:
+                self._parts.append(self._tail)
+                self._tail = bytearray()
+            self._parts.append(piece)
+        else:
+            # Copied as it comes: a small frame whose rest is all here lands in the tail
+            # at once, exactly sized, and becomes the frame's buffer; a trickle of small
+            # pieces is coalesced rather than kept as many small objects.
+            self._tail += piece
+            if len(self._tail) >= CHUNK_COALESCE_BYTES and self._filled + take < self._size:
+                self._parts.append(self._tail)
+                self._tail = bytearray()
+        self._filled += take
+        if self._filled == self._size:
+            self._emit()
+        return take
+
+    def _emit(self) -> None:
+        parts = self._parts
+        if parts:
+            if self._tail:
+                parts.append(self._tail)
+            frame = bytearray().join(parts)
+        else:
+            frame = self._tail
+        assert len(frame) == self._size, (len(frame), self._size)
+        self._ready.append(Frame(memoryview(frame), Command(frame[COMMAND_OFFSET])))
+        self._end_frame()
+
+    def _end_frame(self) -> None:
+        self._size = 0
+        self._filled = 0
+        if self._parts:
+            self._parts = []
+        self._tail = bytearray()
+        self._skipping = False
 
     def next_frame(self) -> Frame | NeedMoreBytes:
         """The next whole frame, or :data:`NEED_MORE_BYTES`.

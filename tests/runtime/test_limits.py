@@ -261,10 +261,10 @@ def test_requests_without_a_session_are_refused(limited: NodeProcess) -> None:
     with WireClient(limited.address) as client:
         reply = client.call_raw(int(CommandCode.GET_STREAMS))
         assert reply.reply_header().status == IggyErrorCode.UNAUTHENTICATED
-        client.session = 12345  # a session that does not exist
+        client.session = 12345  # a session this connection did not log in to
         reply = client.call_raw(int(CommandCode.GET_STREAMS))
-        assert reply.command is wire.Command.EVICTION
-        assert reply.eviction_header().reason is EvictionReason.NO_SESSION
+        assert reply.command is wire.Command.REPLY
+        assert reply.reply_header().status == IggyErrorCode.UNAUTHENTICATED
 
 
 # -- the connection's in-flight bound, with a node that never answers ------------------------

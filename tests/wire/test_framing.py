@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import struct
+import tracemalloc
+from collections.abc import Callable
 
 import pytest
 import xxhash
@@ -31,6 +33,7 @@ from sdk.wire import (
     decode_frame,
     request_checksum,
 )
+from sdk.wire.framing import CHUNK_COALESCE_BYTES
 from tests.wire.strategies import REPLIES, REQUESTS, U64, U128
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -260,3 +263,177 @@ def test_eviction_frame_is_header_only_with_reason_at_byte_255() -> None:
     assert frame[255] == EvictionReason.INCOMPATIBLE_PROTOCOL
     assert struct.unpack_from("<II", frame, 144) == (0x3003, 0x3000)
     assert decode_frame(frame).eviction_header().client == 9
+
+
+# -- memory follows the bytes received ----------------------------------------------------
+
+
+def _traced_peak(action: Callable[[], object]) -> int:
+    """Peak bytes Python allocated while ``action`` ran (``tracemalloc``)."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        action()
+        return tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+
+
+def test_header_declaring_the_largest_frame_holds_only_the_bytes_received() -> None:
+    decoder = FrameDecoder()
+    header = _header_with(FRAME_SIZE_MAX)
+    body = b"\x01" * 10_000
+
+    def feed() -> None:
+        decoder.feed(header)
+        decoder.feed(body)
+
+    peak = _traced_peak(feed)
+    assert decoder.next_frame() is NEED_MORE_BYTES
+    assert decoder.pending_bytes == HEADER_SIZE + len(body)
+    # Buffers for what arrived (and a little slack), not for the 64 MiB declared.
+    assert peak < 2 * (HEADER_SIZE + len(body)) + 4096, peak
+
+
+def test_a_trickle_of_one_byte_reads_costs_bytes_not_an_object_per_read() -> None:
+    decoder = FrameDecoder()
+    decoder.feed(_header_with(FRAME_SIZE_MAX))
+    received = 200_000
+    one = b"\x02"
+
+    def trickle() -> None:
+        for _ in range(received):
+            decoder.feed(one)
+
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        trickle()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert decoder.pending_bytes == HEADER_SIZE + received
+    assert held < received * 1.25 + CHUNK_COALESCE_BYTES, held
+
+
+LARGE_BODY = bytes(range(256)) * 1200  # 300 KiB: several coalesce units
+
+
+@pytest.mark.parametrize("piece", [1000, CHUNK_COALESCE_BYTES - 1, 100_000, 256 * 1024])
+@pytest.mark.parametrize("kind", [bytes, bytearray, memoryview])
+def test_large_frame_in_pieces_comes_out_whole_and_owns_its_bytes(
+    piece: int, kind: Callable[[bytearray], Buffer]
+) -> None:
+    frame_bytes = bytes(
+        build_request_frame(CommandCode.SEND_MESSAGES, LARGE_BODY, client=3, session=1, request=2)
+    )
+    # Two frames back to back, so pieces straddle a frame boundary.
+    stream = frame_bytes + frame_bytes
+    decoder = FrameDecoder()
+    fed: list[Buffer] = []
+    received: list[Frame] = []
+    for start in range(0, len(stream), piece):
+        chunk = kind(bytearray(stream[start : start + piece]))
+        fed.append(chunk)
+        decoder.feed(chunk)
+        received.extend(_drain(decoder))
+    for chunk in fed:  # the transport reuses its buffers: the frames must not change
+        if not isinstance(chunk, bytes):
+            memoryview(chunk)[:] = b"\xee" * len(chunk)
+    assert [bytes(frame.data) for frame in received] == [frame_bytes, frame_bytes]
+    assert all(isinstance(frame.data.obj, bytearray) for frame in received)
+    assert decoder.pending_bytes == 0
+
+
+# -- holding a frame at its header ---------------------------------------------------------
+
+
+def _size_of(header: memoryview) -> int:
+    return int(struct.unpack_from("<I", header, 48)[0])
+
+
+def _held(decoder: FrameDecoder) -> bytes | None:
+    """``held_header`` read afresh (mypy would keep an earlier comparison's narrowing)."""
+    return decoder.held_header
+
+
+def test_refused_header_is_held_before_any_body_byte_and_can_be_resumed() -> None:
+    frame_bytes = build_request_frame(
+        CommandCode.PING, b"body" * 100, client=1, session=0, request=1
+    )
+    seen: list[int] = []
+
+    def admit(header: memoryview) -> bool:
+        seen.append(_size_of(header))
+        return False
+
+    decoder = FrameDecoder(admit=admit)
+    decoder.feed(frame_bytes + frame_bytes[:10])
+    assert seen == [len(frame_bytes)]
+    assert decoder.held_header == bytes(frame_bytes[:HEADER_SIZE])
+    assert decoder.pending_bytes == HEADER_SIZE  # nothing of the body taken in
+    assert decoder.next_frame() is NEED_MORE_BYTES
+    with pytest.raises(AssertionError):
+        decoder.feed(b"more")  # the caller decides first
+    decoder.resume()
+    frame = decoder.next_frame()
+    assert isinstance(frame, Frame)
+    assert bytes(frame.data) == frame_bytes
+    assert _held(decoder) is None
+    assert (
+        decoder.pending_bytes == 10
+    )  # the next frame's start, from the bytes after the held header
+
+
+def test_skipped_frame_never_comes_out_and_framing_continues_after_it() -> None:
+    big = build_request_frame(CommandCode.PING, b"x" * 5000, client=1, session=5, request=1)
+    small = build_request_frame(CommandCode.PING, b"", client=1, session=0, request=2)
+    decoder = FrameDecoder(admit=lambda header: _size_of(header) <= HEADER_SIZE)
+    decoder.feed(big[:1000])
+    assert decoder.held_header is not None
+    decoder.skip()
+    assert decoder.pending_bytes == 1000
+    decoder.feed(big[1000:] + small)
+    out = _drain(decoder)
+    assert [bytes(frame.data) for frame in out] == [bytes(small)]
+    assert decoder.pending_bytes == 0
+
+
+@SETTINGS
+@given(stream=st.lists(frames(), min_size=1, max_size=5), data=st.data())
+def test_held_frames_come_out_resumed_or_not_at_all_when_skipped(
+    stream: list[bytes], data: st.DataObject
+) -> None:
+    joined = b"".join(stream)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(joined)), max_size=6)))
+    holds = data.draw(st.lists(st.booleans(), min_size=len(stream), max_size=len(stream)))
+    skips = data.draw(st.lists(st.booleans(), min_size=len(stream), max_size=len(stream)))
+    asked = iter(range(len(stream)))
+    held: list[int] = []
+
+    def admit(header: memoryview) -> bool:
+        index = next(asked)
+        if holds[index]:
+            held.append(index)
+            return False
+        return True
+
+    decoder = FrameDecoder(admit=admit)
+    received: list[bytes] = []
+    start = 0
+    for cut in [*cuts, len(joined)]:
+        decoder.feed(joined[start:cut])
+        start = cut
+        received.extend(bytes(frame.data) for frame in _drain(decoder))
+        while decoder.held_header is not None:
+            index = held[-1]
+            assert decoder.held_header == stream[index][:HEADER_SIZE]
+            if skips[index]:
+                decoder.skip()
+            else:
+                decoder.resume()
+            received.extend(bytes(frame.data) for frame in _drain(decoder))
+    expected = [raw for i, raw in enumerate(stream) if not (holds[i] and skips[i])]
+    assert received == expected
+    assert decoder.pending_bytes == 0
