@@ -96,7 +96,12 @@ from broker.runtime.group import (
 )
 from broker.runtime.stats import NodeCounters, StatsReport, group_report
 from broker.runtime.store import remove_group_dir
-from broker.runtime.throttle import PASSWORD_CHECKS_CONCURRENT, HostTurns, LoginThrottle
+from broker.runtime.throttle import (
+    PASSWORD_CHECKS_CONCURRENT,
+    HostTurns,
+    LoginThrottle,
+    TurnsBusy,
+)
 from broker.state.codec import encode_command
 from broker.state.credentials import PasswordHash, hash_password, verify_password
 from broker.state.errors import ErrorCode, StateError
@@ -110,11 +115,13 @@ from broker.state.metadata import (
     MetadataState,
     PartitionRef,
     Register,
+    UserInfo,
     UserStatus,
 )
 from broker.state.permissions import Action
 from broker.state.plane import (
     CLIENT_ID_TAKEN_STATUS,
+    MetadataMachine,
     PartitionRoute,
     PartitionStats,
     change_password_command,
@@ -931,22 +938,16 @@ class Node:
             return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
         host = context.address.rpartition(":")[0]
         throttle = self.login_throttle
-        async with self._password_turns.turn(host):
-            # One login of a host at a time waits out the host's delay and checks its
-            # password, so a flood from one address holds one check and one delay.
-            delay = throttle.delay_s(host, trio.current_time())
-            if delay > 0:
-                await trio.sleep(delay)  # this host failed to log in several times lately
-            try:
-                user = machine.state.user(login.username)
-            except StateError:
-                throttle.failed(host, trio.current_time())
-                return _evict(header.client, EvictionReason.INVALID_CREDENTIALS)
-            # scrypt costs tens of milliseconds of CPU: off the event loop, one at a time.
-            valid = await self._check_password(user.password, login.password)
-            if not valid:
-                throttle.failed(host, trio.current_time())
-                return _evict(header.client, EvictionReason.INVALID_CREDENTIALS)
+        try:
+            async with self._password_turns.turn(host):
+                user_or_refusal = await self._login_check(header, login, machine, host)
+        except TurnsBusy:
+            response = self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+            refusal = "too many logins from this address wait for their password check"
+            return Response(response.parts, refusal=refusal)
+        if isinstance(user_or_refusal, Response):
+            return user_or_refusal
+        user = user_or_refusal
         throttle.succeeded(host)
         if user.status != UserStatus.ACTIVE:
             return _evict(header.client, EvictionReason.USER_INACTIVE)
@@ -986,6 +987,29 @@ class Node:
                 header.client, EvictionReason.SESSION_ERROR, "the client id is another user's"
             )
         return self._answer(context, self.metadata, header, outcome)
+
+    async def _login_check(
+        self,
+        header: RequestHeader,
+        login: wire.LoginRegister,
+        machine: MetadataMachine,
+        host: str,
+    ) -> UserInfo | Response:
+        """Within ``host``'s turn: wait out its failure delay, then check the password
+        (scrypt, tens of milliseconds, off the event loop); the user, or the eviction."""
+        throttle = self.login_throttle
+        delay = throttle.delay_s(host, trio.current_time())
+        if delay > 0:
+            await trio.sleep(delay)  # this host failed to log in several times lately
+        try:
+            user = machine.state.user(login.username)
+        except StateError:
+            throttle.failed(host, trio.current_time())
+            return _evict(header.client, EvictionReason.INVALID_CREDENTIALS)
+        if not await self._check_password(user.password, login.password):
+            throttle.failed(host, trio.current_time())
+            return _evict(header.client, EvictionReason.INVALID_CREDENTIALS)
+        return user
 
     async def _submit(
         self,

@@ -17,6 +17,8 @@ oracle at the speed of the hardware. Two bounds, both in the node:
    (``HostTurns``), before it joins the node-wide queue of bound 1. However many
    connections one address opens, it holds one place in that queue, so a login from
    another address waits for at most one check of the flooding address before its own.
+   At most ``HOST_LOGINS_WAITING_MAX`` logins of a host wait for its turn; more are
+   refused at once as transient (58), without a check.
 
 The wait is per host, not per user: a flood cannot lock a user out from other
 addresses, and a user behind the attacker's address waits at most ``MAX_DELAY_S`` per
@@ -83,16 +85,33 @@ class LoginThrottle:
         return len(self._hosts)
 
 
+HOST_LOGINS_WAITING_MAX: Final = 2
+"""Logins of one host that may wait for its turn; one more is refused at once (58), so a
+flood's abandoned attempts never pile up in front of the host's next real login."""
+
+
+class TurnsBusy(Exception):
+    """``HOST_LOGINS_WAITING_MAX`` logins of the host already wait for its turn."""
+
+
 class HostTurns:
-    """One turn at a time per client host (invariant 3); a host's lock is forgotten once
-    nobody holds or awaits it, so memory follows the hosts logging in right now."""
+    """One turn at a time per client host (invariant 3), at most
+    ``HOST_LOGINS_WAITING_MAX`` waiting; a host's lock is forgotten once nobody holds or
+    awaits it, so memory follows the hosts logging in right now."""
 
     def __init__(self) -> None:
         self._locks: dict[str, trio.Lock] = {}
 
     @asynccontextmanager
     async def turn(self, host: str) -> AsyncIterator[None]:
+        """Hold ``host``'s turn.
+
+        Raises:
+            TurnsBusy: too many logins of the host wait already.
+        """
         lock = self._locks.get(host)
+        if lock is not None and lock.statistics().tasks_waiting >= HOST_LOGINS_WAITING_MAX:
+            raise TurnsBusy(host)
         if lock is None:
             lock = self._locks[host] = trio.Lock()
         try:

@@ -45,7 +45,9 @@ def test_closing_one_connection_of_a_session_leaves_the_session_to_its_other_con
         session = first.login("iggy", ROOT_PASSWORD)
         first.call(CommandCode.GET_STREAMS, wire.Empty())
         with WireClient(single.address) as second:
-            second.client_id, second.session = first.client_id, session
+            # The second connection joins the session: a login under the same client id.
+            second.client_id = first.client_id
+            assert second.login("iggy", ROOT_PASSWORD) == session
             second.call(CommandCode.GET_STREAMS, wire.Empty())
         time.sleep(0.5)  # let the node act on the closed connection
         first.call(CommandCode.GET_STREAMS, wire.Empty())  # evicted: NO_SESSION

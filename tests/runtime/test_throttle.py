@@ -11,9 +11,11 @@ from broker.runtime.throttle import (
     BASE_DELAY_S,
     FORGET_AFTER_S,
     FREE_FAILURES,
+    HOST_LOGINS_WAITING_MAX,
     MAX_DELAY_S,
     HostTurns,
     LoginThrottle,
+    TurnsBusy,
 )
 
 
@@ -61,11 +63,16 @@ async def _login_wait_behind_a_flood(per_host_turns: bool) -> float:
     parallel logins, each a check under the node-wide bound of one."""
     turns = HostTurns()
     checks = trio.CapacityLimiter(1)
+    busy = 0
 
     async def login(host: str) -> None:
+        nonlocal busy
         if per_host_turns:
-            async with turns.turn(host), checks:
-                await trio.sleep(CHECK_S)
+            try:
+                async with turns.turn(host), checks:
+                    await trio.sleep(CHECK_S)
+            except TurnsBusy:
+                busy += 1  # refused at once (58): the host has logins waiting already
         else:
             async with checks:
                 await trio.sleep(CHECK_S)
@@ -84,6 +91,9 @@ async def _login_wait_behind_a_flood(per_host_turns: bool) -> float:
             nursery.start_soon(login, "x")
         nursery.start_soon(other_host)
     assert len(turns) == 0  # every host's turn forgotten once nobody waits
+    if per_host_turns:
+        # One login in its turn, HOST_LOGINS_WAITING_MAX waiting, the rest refused.
+        assert busy == FLOOD - 1 - HOST_LOGINS_WAITING_MAX
     return took
 
 
