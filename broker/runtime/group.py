@@ -799,9 +799,10 @@ class GroupHost:
         seen = self._view_seen
         if view != seen:
             # Not the view a replica opened in (a restart of 10,000 groups is not news),
-            # and not recovery's own steps: a new view, and the start of a view change.
+            # and not recovery's own steps: a new view, a view change starting, and the
+            # view it started.
             changed = seen is not None and (
-                view[0] != seen[0] or replica.status is Status.VIEW_CHANGE
+                view[0] != seen[0] or Status.VIEW_CHANGE in (replica.status, seen[1])
             )
             if changed:
                 role = "primary" if replica.is_primary else f"backup of {replica.primary}"
