@@ -97,6 +97,7 @@ from broker.runtime.group import (
 from broker.runtime.stats import NodeCounters, StatsReport, group_report
 from broker.runtime.store import remove_group_dir
 from broker.runtime.throttle import (
+    HOST_LOGINS_WAITING_MAX,
     PASSWORD_CHECKS_CONCURRENT,
     HostTurns,
     LoginThrottle,
@@ -938,8 +939,10 @@ class Node:
             return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
         host = context.address.rpartition(":")[0]
         throttle = self.login_throttle
+        failing = throttle.delay_s(host, trio.current_time()) > 0
+        waiting_max = HOST_LOGINS_WAITING_MAX if failing else None
         try:
-            async with self._password_turns.turn(host):
+            async with self._password_turns.turn(host, waiting_max=waiting_max):
                 user_or_refusal = await self._login_check(header, login, machine, host)
         except TurnsBusy:
             response = self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)

@@ -17,8 +17,8 @@ oracle at the speed of the hardware. Two bounds, both in the node:
    (``HostTurns``), before it joins the node-wide queue of bound 1. However many
    connections one address opens, it holds one place in that queue, so a login from
    another address waits for at most one check of the flooding address before its own.
-   At most ``HOST_LOGINS_WAITING_MAX`` logins of a host wait for its turn; more are
-   refused at once as transient (58), without a check.
+   At most ``HOST_LOGINS_WAITING_MAX`` logins of a failing host (one with a delay) wait
+   for its turn; more are refused at once as transient (58), without a check.
 
 The wait is per host, not per user: a flood cannot lock a user out from other
 addresses, and a user behind the attacker's address waits at most ``MAX_DELAY_S`` per
@@ -86,8 +86,10 @@ class LoginThrottle:
 
 
 HOST_LOGINS_WAITING_MAX: Final = 2
-"""Logins of one host that may wait for its turn; one more is refused at once (58), so a
-flood's abandoned attempts never pile up in front of the host's next real login."""
+"""Logins of a *failing* host (one that waits a delay) that may wait for its turn; one
+more is refused at once (58), so a flood's abandoned attempts never pile up in front of
+the host's next real login. A host without recent failures queues its logins (many
+clients of one machine log in at once), bounded by the connections it may hold."""
 
 
 class TurnsBusy(Exception):
@@ -103,14 +105,18 @@ class HostTurns:
         self._locks: dict[str, trio.Lock] = {}
 
     @asynccontextmanager
-    async def turn(self, host: str) -> AsyncIterator[None]:
-        """Hold ``host``'s turn.
+    async def turn(self, host: str, *, waiting_max: int | None) -> AsyncIterator[None]:
+        """Hold ``host``'s turn; with ``waiting_max``, refuse to wait behind that many.
 
         Raises:
-            TurnsBusy: too many logins of the host wait already.
+            TurnsBusy: ``waiting_max`` logins of the host wait already.
         """
         lock = self._locks.get(host)
-        if lock is not None and lock.statistics().tasks_waiting >= HOST_LOGINS_WAITING_MAX:
+        if (
+            waiting_max is not None
+            and lock is not None
+            and lock.statistics().tasks_waiting >= waiting_max
+        ):
             raise TurnsBusy(host)
         if lock is None:
             lock = self._locks[host] = trio.Lock()

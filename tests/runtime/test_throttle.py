@@ -69,7 +69,7 @@ async def _login_wait_behind_a_flood(per_host_turns: bool) -> float:
         nonlocal busy
         if per_host_turns:
             try:
-                async with turns.turn(host), checks:
+                async with turns.turn(host, waiting_max=HOST_LOGINS_WAITING_MAX), checks:
                     await trio.sleep(CHECK_S)
             except TurnsBusy:
                 busy += 1  # refused at once (58): the host has logins waiting already
@@ -105,3 +105,24 @@ def test_a_flood_from_one_host_delays_another_hosts_login_by_one_check_at_most()
     clock = trio.testing.MockClock(autojump_threshold=0)
     unfair = trio.run(_login_wait_behind_a_flood, False, clock=clock)
     assert unfair >= (FLOOD - 1) * CHECK_S
+
+
+def test_a_host_without_failures_queues_all_its_logins() -> None:
+    """Many clients of one machine logging in at once all get their turn."""
+
+    async def main() -> int:
+        turns = HostTurns()
+        served = 0
+
+        async def login() -> None:
+            nonlocal served
+            async with turns.turn("x", waiting_max=None):
+                await trio.sleep(CHECK_S)
+                served += 1
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(20):
+                nursery.start_soon(login)
+        return served
+
+    assert trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0)) == 20
