@@ -612,21 +612,6 @@ def read_batch(record: Buffer) -> tuple[BatchHeader, list[BatchMessage]]:
                 f"message {index} reserved bytes are not zero",
                 IggyErrorCode.INVALID_RESERVED_FIELD,
             )
-        if payload_size > MAX_PAYLOAD_BYTES:
-            raise ProtocolError(
-                f"message {index} payload of {payload_size} bytes is above {MAX_PAYLOAD_BYTES}",
-                IggyErrorCode.TOO_BIG_MESSAGE_PAYLOAD,
-            )
-        if headers_size > MAX_USER_HEADERS_BYTES:
-            raise ProtocolError(
-                f"message {index} user headers of {headers_size} bytes are above "
-                f"{MAX_USER_HEADERS_BYTES}",
-                IggyErrorCode.TOO_BIG_USER_HEADERS,
-            )
-        if headers_size:
-            # A block that does not decode would be stored and handed to every consumer.
-            payload_end = position + MESSAGE_HEADER_SIZE + payload_size
-            decode_user_headers(view[payload_end:end])
         append(
             make(
                 (
