@@ -709,6 +709,17 @@ class ClientCore:
             outcome_unknown=True,
         )
 
+    def _login_payload(self) -> LoginRegister:
+        """The LOGIN_REGISTER payload of our credentials."""
+        assert self._credentials is not None
+        username, password = self._credentials
+        return LoginRegister(
+            username,
+            password,
+            sdk_name=self.config.sdk_name,
+            sdk_version=self.config.sdk_version,
+        )
+
     def _bind(self, address: NodeAddress, deadline: float) -> Step[int]:
         """Log in on the connection to ``address`` under our client id; the session it
         answers with (ours while it lives: a repeated register joins it).
@@ -716,14 +727,7 @@ class ClientCore:
         Raises:
             TransportError, ProtocolError, ServerRejected, SessionEvicted: as an exchange.
         """
-        assert self._credentials is not None
-        username, password = self._credentials
-        payload = LoginRegister(
-            username,
-            password,
-            sdk_name=self.config.sdk_name,
-            sdk_version=self.config.sdk_version,
-        )
+        payload = self._login_payload()
         frame = _body(CommandCode.LOGIN_REGISTER, payload).frame(self.session.client_id, 0, 0)
         timeout = max(min(self.config.request_timeout_s, deadline - self._clock()), 0.001)
         reply = yield Exchange(address, frame, timeout, min(self.config.connect_timeout_s, timeout))
@@ -738,14 +742,7 @@ class ClientCore:
         return login.session
 
     def _register(self, deadline: float | None = None) -> Step[LoginRegisterReply]:
-        assert self._credentials is not None
-        username, password = self._credentials
-        payload = LoginRegister(
-            username,
-            password,
-            sdk_name=self.config.sdk_name,
-            sdk_version=self.config.sdk_version,
-        )
+        payload = self._login_payload()
         self.session.ensure_client_id(self._rng)
         template = _body(CommandCode.LOGIN_REGISTER, payload)
         answer = yield from self._call(
