@@ -161,6 +161,15 @@ class Config(BaseSettings):
     root_password: SecretStr | None = Field(
         None, description="Root password on first start; generated and printed once if unset."
     )
+    password_hash_cost_log2: int = Field(
+        14,
+        ge=10,
+        le=20,
+        description="scrypt cost of the password hashes this node makes (the root user, "
+        "CREATE_USER, CHANGE_PASSWORD): N = 2**this, r = 8, p = 1. Each hash keeps the "
+        "cost it was made with, so a change applies to passwords set from then on. Lower "
+        "it only where a login check of tens of milliseconds is too slow.",
+    )
     no_sync: bool = Field(False, description="Never fsync: for throwaway runs only.")
     sync_scope: Literal["filesystem", "file"] = Field(
         "filesystem",

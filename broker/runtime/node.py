@@ -50,6 +50,7 @@ TransientNotAccepted and the client routes again.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -584,7 +585,9 @@ class Node:
             generated = secret is None
             password = secrets.token_urlsafe(18) if secret is None else secret.get_secret_value()
             salt = os.urandom(16)
-            digest = await trio.to_thread.run_sync(hash_password, password, salt)
+            digest = await trio.to_thread.run_sync(
+                functools.partial(hash_password, n=self._scrypt_n), password, salt
+            )
             outcome = await self.system.run(
                 self.metadata, CreateRootUser(self.config.root_username, digest)
             )
@@ -913,8 +916,15 @@ class Node:
         """scrypt with a salt drawn here, in a worker thread within the same bound."""
         salt = os.urandom(SALT_SIZE_BYTES)
         return await trio.to_thread.run_sync(
-            hash_password, password, salt, limiter=self._password_checks
+            functools.partial(hash_password, n=self._scrypt_n),
+            password,
+            salt,
+            limiter=self._password_checks,
         )
+
+    @property
+    def _scrypt_n(self) -> int:
+        return 1 << self.config.password_hash_cost_log2
 
     async def _login(
         self, context: ConnectionContext, header: RequestHeader, login: wire.LoginRegister
