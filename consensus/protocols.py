@@ -20,7 +20,8 @@ Host contract (the host executes the actions of one ``step`` in order):
    replaced meanwhile) is ignored by the replica.
 4. After a crash the host passes the last durable :class:`DurableState` (the superblock)
    and the snapshot of the last ``WriteCheckpoint`` to the new replica, and its log holds
-   whatever prepares survived, with ``faulty_ops`` naming records recovery found corrupt.
+   whatever prepares survived, with ``faulty_ops`` naming records recovery found corrupt
+   and ``head_faulty`` saying whether it may have cut durable records after the last.
 """
 
 from __future__ import annotations
@@ -68,6 +69,16 @@ class Log(Protocol):
 
     def faulty_ops(self) -> Sequence[int]:
         """Ops whose records recovery found corrupt, in ascending order (checked at start)."""
+        ...
+
+    def head_faulty(self) -> bool:
+        """Whether recovery may have cut durable records above ``op_max`` (checked at start).
+
+        Damage to the last records of a journal looks the same to recovery as a write torn
+        by the crash, and both are cut; only a cut that is provably an unfinished write
+        is not faulty. The ops cut are then unknown, not absent: they may have been
+        acknowledged.
+        """
         ...
 
 

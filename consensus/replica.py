@@ -50,11 +50,12 @@ back to a log shorter than what it acknowledged. One answer from the primary is 
 unlike the paper's f + 1, because the durable view already stops the replica from joining
 an older view, which is what the paper's quorum protects against. A replica whose log is
 trustworthy (the group is ``persisted``, so it acked only synced prepares, and recovery
-found no corruption; or the group has one replica) may also vote in a view change after
-its requests go unanswered, so a whole cluster can restart. An untrusted replica of a
-``replicated`` group may have lost acknowledged prepares and waits for a live primary: if
-more than f replicas of such a group restart together, the group stops rather than lose
-committed ops.
+found no corruption, neither in the journal nor cut at its head (``Log.head_faulty``, the
+head that TigerBeetle's ``recovering_head`` does not trust); or the group has one replica)
+may also vote in a view change after its requests go unanswered, so a whole cluster can
+restart. An untrusted replica (corruption, or a ``replicated`` group) may have lost
+acknowledged prepares and waits for a live primary: if more than f replicas of such a
+group restart together, the group stops rather than lose committed ops.
 
 *Repair and state transfer (§5.2).* Missing prepares are requested by op range in chunks
 of ``repair_chunk_max`` and verified by checksum against the known header, or against the
@@ -405,8 +406,13 @@ class Replica:
         # Replay: committed ops in the journal are applied silently (no replies).
         self._apply_committed()
         # Corruption means we may have acknowledged what we no longer hold: such a replica
-        # must never vote before it has rejoined (Protocol-Aware Recovery).
-        self.log_intact = not faulty and op == log_op_max
+        # must never vote before it has rejoined (Protocol-Aware Recovery). That includes
+        # damage at the head that recovery cut with the torn tail: the ops cut are unknown,
+        # not absent, and a DoViewChange from this log would nack them or, from the
+        # highest log_view, make a log without them canonical. A lone replica has nobody
+        # who could hold them, so its log is all there is.
+        head_faulty = self._log.head_faulty() and self.replica_count > 1
+        self.log_intact = not faulty and op == log_op_max and not head_faulty
         self.nonce = self._prng.getrandbits(63) + 1
         if self.replica_count == 1:
             # Nobody to ask: the log is all there is.

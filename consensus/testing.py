@@ -40,6 +40,8 @@ class MemoryLog:
     prepares: list[Prepare] = field(default_factory=list)
     synced_op: int = 0
     faulty: list[int] = field(default_factory=list)
+    #: Recovery cut records after the last that may have been durable (damaged, not torn).
+    faulty_head: bool = False
 
     # Log protocol --------------------------------------------------------------------------
 
@@ -56,11 +58,15 @@ class MemoryLog:
     def faulty_ops(self) -> Sequence[int]:
         return sorted(op for op in self.faulty if self.base < op <= self.op_max())
 
+    def head_faulty(self) -> bool:
+        return self.faulty_head
+
     # Host side -----------------------------------------------------------------------------
 
     def append(self, prepare: Prepare) -> None:
         assert prepare.op == self.op_max() + 1, (prepare.op, self.op_max())
         self.prepares.append(prepare)
+        self.faulty_head = False  # a new head was written after whatever was cut
 
     def truncate(self, after_op: int) -> None:
         assert after_op >= self.base
@@ -91,6 +97,13 @@ class MemoryLog:
     def lose_unsynced(self) -> None:
         """A power loss: every op above ``synced_op`` is gone."""
         self.truncate(max(self.synced_op, self.base))
+
+    def lose_head(self, op: int) -> None:
+        """Damage the records from ``op`` on at rest, as recovery meets them at the head of
+        a journal: it cuts them, unable to tell them from a torn write, and says so."""
+        assert self.base < op <= self.op_max()
+        self.truncate(op - 1)
+        self.faulty_head = True
 
     def corrupt(self, op: int) -> None:
         """Make the record at ``op`` unreadable, as a failed checksum would."""

@@ -39,12 +39,15 @@ what it cannot. Cutting debris loses nothing that was promised. Keeping bounded 
 as faulty slots loses nothing either: if it was debris after all, consensus repairs it or
 truncates it like any uncommitted op. The only durable data recovery can cut is damage it
 cannot bound (a rotted header with no index entry after it, or rot on both sides of a
-segment start); the report says how many bytes went, so consensus can compare with what it
-knows (for example the superblock's commit). A damaged record's extent comes from its own
-header when only the body is bad (the length is checksummed), otherwise from the index
-entry of a later record. Its records get slots holding placeholders and are listed as
-:class:`FaultyRegion`; reads of them raise ``RecordFaulty`` until ``Journal.repair`` writes
-back the exact record from a peer.
+segment start, or any rot in the last records of the journal); the report says how many
+bytes went, and whether they were provably debris (``tail_debris``: where the tail starts
+the log ends inside a record, or a write never arrived, and durable records form a prefix).
+When they were not, consensus must treat the cut ops as damaged, not as never written: the
+replica may have acknowledged them (Protocol-Aware Recovery). A damaged record's extent
+comes from its own header when only the body is bad (the length is checksummed), otherwise
+from the index entry of a later record. Its records get slots holding placeholders and are
+listed as :class:`FaultyRegion`; reads of them raise ``RecordFaulty`` until
+``Journal.repair`` writes back the exact record from a peer.
 
 Index reconciliation: the index expected from the walk (placeholders for faulty records,
 or the old entry when the old index had one) is compared with the index on disk. If they
@@ -85,6 +88,9 @@ __all__ = [
 
 READ_CHUNK_BYTES: Final = 8 * 1024 * 1024
 """Recovery reads logs in chunks of this size (a larger record is read whole)."""
+
+_CHECKSUM_SIZE: Final = 16
+"""The record header's checksum leads it; a record whose checksum is zero does not occur."""
 
 FAULTY_REGIONS_MAX: Final = 1024
 """More damaged regions than this and the disk is not worth trusting: refuse to open."""
@@ -132,6 +138,15 @@ class RecoveryReport:
         faulty_regions: Damaged records kept for repair, in op order.
         tail_truncated_bytes: Bytes cut off as torn tail, including whole segment files
             removed for it. The first op cut, if any was, is ``op_head + 1``.
+        tail_debris: The torn tail, if any, is provably the debris of unsynced writes:
+            where it starts there is no whole record (the log ends inside it: fewer bytes
+            than a header, or fewer than its intact header says; rot keeps a file's
+            length, so a durable record is always whole) or a zero checksum (a write that
+            never reached the disk, as a later one did; no record has one). Nothing after
+            it is durable then either (invariant of the journal: durable records form a
+            prefix). False: the tail may have held durable records whose bytes rotted at
+            the head of the journal, which recovery cannot tell from a torn write; their
+            ops must not be taken for never written (consensus may have acknowledged them).
         segments_removed: Segment files removed because they held only torn tail.
         files_removed: Leftovers removed: orphan indexes and unfinished ``.index.tmp``.
         indexes_rebuilt: Segments whose index was missing or disagreed early and was
@@ -143,6 +158,7 @@ class RecoveryReport:
     record_count: int = 0
     faulty_regions: tuple[FaultyRegion, ...] = ()
     tail_truncated_bytes: int = 0
+    tail_debris: bool = True
     segments_removed: tuple[str, ...] = ()
     files_removed: tuple[str, ...] = ()
     indexes_rebuilt: tuple[str, ...] = ()
@@ -210,6 +226,8 @@ class _Damaged:
     position: int
     position_end: int | None  # None: no valid record follows in this segment
     header_op: int | None  # the op of a valid header whose body is bad
+    # No durable record can start here (see ``RecoveryReport.tail_debris``).
+    debris: bool = False
 
 
 def _header_at(reader: _Reader, size: int, position: int) -> RecordHeader | None:
@@ -260,7 +278,13 @@ def _scan_log(file: StorageFile, size: int, entries: list[IndexEntry]) -> list[_
                 if found is not None and found.op == hint_op:
                     end = hint_position
                     break
-        items.append(_Damaged(position, end, header.op if header is not None else None))
+        if header is not None:
+            debris = position + header.size > size
+        elif size - position < RECORD_HEADER_SIZE:
+            debris = True
+        else:
+            debris = not any(reader.view(position, _CHECKSUM_SIZE))
+        items.append(_Damaged(position, end, header.op if header is not None else None, debris))
         if end is None:
             break
         assert end > position
@@ -421,6 +445,22 @@ def _stitch(scans: list[_Scan]) -> tuple[list[_Plan], list[FaultyRegion]]:
     return plans, regions
 
 
+def _tail_debris(scans: list[_Scan], plans: list[_Plan]) -> bool:
+    """Whether the torn tail (everything after the kept plans) is provably debris: where
+    it starts, at a record boundary, no durable record can start."""
+    # Where the tail starts: in the rest of the last kept segment, else in the first
+    # non-empty segment after it.
+    starts: list[tuple[_Scan, int]] = []
+    if plans and plans[-1].scan.size > plans[-1].size_bytes:
+        starts.append((plans[-1].scan, plans[-1].size_bytes))
+    starts += [(scan, 0) for scan in scans[len(plans) :] if scan.size > 0]
+    if not starts:
+        return True
+    scan, position = starts[0]
+    item = next((item for item in scan.items if item.position == position), None)
+    return isinstance(item, _Damaged) and item.debris
+
+
 # --- The whole recovery ------------------------------------------------------------------------
 
 
@@ -529,6 +569,7 @@ def recover(storage: Storage, *, keep_sealed_files_open: bool = False) -> Recove
     ]
     plans, regions = _stitch(scans)
     kept = len(plans)
+    tail_debris = _tail_debris(scans, plans)
 
     tail_bytes = 0
     segments_removed: list[str] = []
@@ -609,6 +650,7 @@ def recover(storage: Storage, *, keep_sealed_files_open: bool = False) -> Recove
         record_count=sum(segment.record_count for segment in segments),
         faulty_regions=tuple(regions),
         tail_truncated_bytes=tail_bytes,
+        tail_debris=tail_debris,
         segments_removed=tuple(segments_removed),
         files_removed=tuple(files_removed),
         indexes_rebuilt=tuple(rebuilt),

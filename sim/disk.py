@@ -77,6 +77,9 @@ class Disk:
     def faulty_ops(self) -> Sequence[int]:
         return self.journal.faulty_ops()
 
+    def head_faulty(self) -> bool:
+        return not self.journal.recovery.tail_debris
+
     # Host side (the replica's actions) ---------------------------------------------------
 
     def append(self, prepare: Prepare) -> None:

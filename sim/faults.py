@@ -33,7 +33,9 @@ Fault model (the budget that keeps a run within what VSR promises to survive):
 7. A power loss may leave a hole rather than a torn tail: ``MemoryStorage`` can let the
    newest unsynced write reach the disk while an earlier one is lost. Recovery then
    reports a damaged record, which the replica cannot tell from corruption, so it will not
-   vote until it has rejoined. The injector cannot choose this, only notice it at restart:
+   vote until it has rejoined. The same holds for a tail that recovery cut without proof
+   that it was debris (``RecoveryReport.tail_debris``), whether corruption (3) rotted the
+   last records or not. The injector cannot choose this, only notice it at restart:
    such a node counts as damaged from then on, and if that takes the damaged nodes above
    f, the run is *over budget*: the safety checkers still run, liveness is not required
    (the VOPR's "stuck for a good reason"), and the summary says so.

@@ -259,7 +259,10 @@ class World:
     def _restart(self, tick: int, node: Node) -> None:
         self.checkers.on_restart(node.index)
         node.restart(tick)
-        damaged = any(host.disk.journal.recovery.faulty_regions for host in node.groups)
+        damaged = any(
+            host.disk.journal.recovery.faulty_regions or host.disk.head_faulty()
+            for host in node.groups
+        )
         self.faults.note_restart(tick, node.index, journal_damaged=damaged)
         self._flush_node(tick, node)
 

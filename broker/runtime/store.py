@@ -272,6 +272,9 @@ class GroupStore:
     def faulty_ops(self) -> Sequence[int]:
         return self.journal.faulty_ops()
 
+    def head_faulty(self) -> bool:
+        return not self.journal.recovery.tail_debris
+
     # -- actions ----------------------------------------------------------------------------
 
     def append(self, prepare: Prepare) -> None:

@@ -9,6 +9,10 @@
 3. A backup dropped prepares more than ``repair_ops_max`` above its commit, even when they
    were exactly the ops its repair asked for: after a whole-cluster power outage the
    commit hint is stale and the new view's log runs far above it (simulator seed 73).
+4. A replica whose recovery cut its last records (rot at the head of the journal, which
+   looks like a torn write) was trusted as intact: from the newest log_view, its shorter
+   log became the new view's over an older log_view's that held a committed op, and the op
+   was lost (simulator seed 718, ``tests/sim/test_found_schedules.py``).
 """
 
 from __future__ import annotations
@@ -132,3 +136,54 @@ def test_on_prepare_holds_repaired_ops_far_above_a_stale_commit() -> None:
                 acked = max(acked, action.message.op)
     assert backup.commit_min == 0
     assert backup.journal_op == 40 and acked == 40
+
+
+def test_restart_with_a_damaged_head_does_not_vote_away_a_committed_op() -> None:
+    """recovery: the replica of the newest log_view restarts with its last, committed op
+    cut by recovery (a damaged head looks like a torn write); the new primary must not
+    take that shorter log over an older log_view's and lose the op."""
+    cluster = Cluster(3, persisted=True, seed=11)
+    client = 1
+    for request in (1, 2, 3):
+        cluster.request(client, request)
+        cluster.run_until(lambda r=request: cluster.committed(client, r))  # type: ignore[misc]
+    # View 1 (primary 1) forms without replica 2, which keeps log_view 0.
+    cluster.isolate(2)
+    cluster.crash(0)
+    cluster.restart(0)
+    cluster.run_until(
+        lambda: (
+            all(cluster.nodes[i].replica.status is Status.NORMAL for i in (0, 1))
+            and cluster.nodes[1].replica.view == 1
+            and cluster.nodes[0].replica.durable.log_view == 1
+        )
+    )
+    # Op 4 commits in view 1 on replicas 0 and 1 only.
+    for _ in range(50):
+        if cluster.committed(client, 4):
+            break
+        cluster.request(client, 4, to=1)
+        cluster.tick(10)
+    assert cluster.committed(client, 4)
+    assert cluster.nodes[0].log.op_max() == 4 and cluster.nodes[2].log.op_max() == 3
+    # Power outage; at rest, replica 0's last record rots and recovery cuts it.
+    for node in cluster.nodes:
+        cluster.crash(node.index, lose_unsynced=True)
+    cluster.heal()
+    cluster.nodes[0].log.lose_head(4)
+    for index in (0, 1, 2):
+        cluster.restart(index)
+    assert cluster.nodes[0].replica.op == 3 and not cluster.nodes[0].replica.trusted
+    assert cluster.nodes[0].replica.durable.log_view == 1
+    assert cluster.nodes[2].replica.durable.log_view == 0
+    # Replica 1, the only intact holder of op 4, cannot reach replica 2 for a while, so
+    # replicas 0 and 2 alone could form a view-change quorum (they may not: 0 is untrusted).
+    cluster.blocked.add((1, 2))
+    cluster.tick(TEST_CONFIG.view_change_timeout_ticks * 3)
+    cluster.blocked.clear()
+    cluster.run_until(cluster.converged)
+    for node in cluster.nodes:
+        assert [e.request for e in node.state_machine.applied][:4] == [1, 2, 3, 4]
+    cluster.request(client, 5)
+    cluster.run_until(lambda: cluster.committed(client, 5))
+    cluster.check_safety()

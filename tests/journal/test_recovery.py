@@ -47,6 +47,7 @@ def test_recovery_torn_tail_is_cut_and_reported(disk: Disk, keep: int) -> None:
     reopened = Journal.open(storage)
     assert_journal_holds(reopened, specs[:4])
     assert reopened.recovery.tail_truncated_bytes == keep
+    assert reopened.recovery.tail_debris  # the file ends inside the record
     assert reopened.recovery.faulty_regions == ()
     # The index lost its entry for the cut record, on disk too.
     assert len(read_file(storage, index_name())) == 4 * INDEX_ENTRY_SIZE
@@ -67,6 +68,7 @@ def test_recovery_torn_tail_of_garbage_after_the_last_record_is_cut(disk: Disk) 
     reopened = Journal.open(storage)
     assert_journal_holds(reopened, specs)
     assert reopened.recovery.tail_truncated_bytes == 340
+    assert reopened.recovery.tail_debris  # zeros where a record's checksum would be
     assert len(read_file(storage, log_name())) == end
 
 
@@ -82,6 +84,7 @@ def test_recovery_torn_tail_spanning_a_new_segment_removes_it(disk: Disk) -> Non
     reopened = Journal.open(storage, SMALL)
     assert_journal_holds(reopened, specs[:7])
     assert log_name(16) in reopened.recovery.segments_removed
+    assert reopened.recovery.tail_debris  # op 8 is torn: nothing after it was durable
     assert log_name(16) not in storage.names()
     assert index_name(16) not in storage.names()
 
@@ -112,8 +115,53 @@ def test_recovery_crash_keeps_every_synced_record() -> None:
                 repaired += 1
         assert_journal_holds(reopened, specs[:head])
         torn += reopened.recovery.tail_truncated_bytes > 0
+        # A crash leaves only debris: an unfinished write, or zeros where earlier writes
+        # never arrived. Rot of a durable record would not look like either.
+        assert reopened.recovery.tail_debris
     assert torn > 0
     assert repaired > 0  # Some crashes kept a later write while losing earlier ones.
+
+
+@pytest.mark.parametrize("where", ["body", "header", "checksum"])
+def test_recovery_corrupt_last_record_is_cut_and_not_called_debris(disk: Disk, where: str) -> None:
+    """Corrupt head: the last record, durable and whole, rots. Nothing after it bounds the
+    damage, so it is cut like a torn tail; but it is whole and its checksum is not zero, so
+    the report must not call it debris (consensus may have acknowledged it)."""
+    journal = disk.open()
+    specs = append_many(journal, 5)
+    journal.close()
+    storage = disk.storage()
+    offset = {"body": RECORD_HEADER_SIZE + 50, "header": 60, "checksum": 0}[where]
+    flip(storage, log_name(), position_of(specs, 5) + offset)
+    reopened = Journal.open(storage)
+    assert_journal_holds(reopened, specs[:4])
+    assert reopened.recovery.tail_truncated_bytes == specs[4].size
+    assert not reopened.recovery.tail_debris
+
+
+def test_recovery_torn_tail_of_junk_as_long_as_a_record_is_not_called_debris(
+    disk: Disk,
+) -> None:
+    """A tail that could be a rotted whole record (junk with a non-zero checksum field)
+    is cut, and the report says it may have been durable."""
+    journal = disk.open()
+    specs = append_many(journal, 3)
+    journal.close()
+    storage = disk.storage()
+    overwrite(storage, log_name(), position_of(specs, 4), b"\xff" * 300)
+    reopened = Journal.open(storage)
+    assert_journal_holds(reopened, specs)
+    assert reopened.recovery.tail_truncated_bytes == 300
+    assert not reopened.recovery.tail_debris
+
+
+def test_recovery_clean_journal_has_a_tail_of_no_durable_record(disk: Disk) -> None:
+    journal = disk.open()
+    append_many(journal, 3)
+    journal.close()
+    reopened = disk.open()
+    assert reopened.recovery.tail_truncated_bytes == 0
+    assert reopened.recovery.tail_debris
 
 
 # --- Damage in the middle ----------------------------------------------------------------------

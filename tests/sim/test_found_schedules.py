@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import pytest
-
 from sim.options import Options
 from sim.world import World
 
@@ -19,7 +17,13 @@ def _agreement_after_outages_and_a_corrupted_record() -> Options:
     """Seed 718's options while number reusers were drawn before the last three options:
     3 nodes, 3 persisted partitions, correlated power outages of every node, restarts,
     partitions, and one corrupted record in group 1 on node 0 (at tick 1754). Found by the
-    planted-bug search for ``ack-before-write``, failing with the correct replica too."""
+    planted-bug search for ``ack-before-write``, failing with the correct replica too.
+
+    The corruption hit op 5, the last record of node 0's journal, which recovery cut as a
+    torn tail. Node 0, trusted as intact and at the newest log_view, became the primary of
+    view 5 with a DoViewChange quorum of itself and node 2 (an older log_view): its log
+    without op 5 was canonical, and committed op 5 was replaced. Recovery now reports such
+    a tail as possibly durable (``RecoveryReport.tail_debris``), so node 0 does not vote."""
     options = Options.from_seed(718)
     assert (options.node_count, options.partition_count, options.persisted) == (3, 3, True)
     return dataclasses.replace(
@@ -29,11 +33,6 @@ def _agreement_after_outages_and_a_corrupted_record() -> Options:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="agreement: after whole-cluster power outages and a corrupted record, node 0 "
-    "applies a prepare at group 1 op 5 other than the one committed there; not fixed yet",
-)
 def test_agreement_holds_after_power_outages_and_a_corrupted_record() -> None:
     result = World(_agreement_after_outages_and_a_corrupted_record()).run()
     assert result.ok, result.message
