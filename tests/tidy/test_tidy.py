@@ -85,6 +85,7 @@ PLANTED_IMPORTS = [
     ("sdk/_planted.py", "import cbor2\n"),
     ("sdk/_protocol.py", "import trio\n"),
     ("sdk/errors.py", "import socket\n"),
+    ("sdk/producer.py", "import sdk.blocking\n"),
     ("sim/_planted.py", "import trio\n"),
     ("sim/_planted.py", "import broker.runtime\n"),
 ]
