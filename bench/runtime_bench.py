@@ -30,7 +30,6 @@ test: it asserts nothing about speed.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import socket
@@ -44,7 +43,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from sdk import Client
 
 ROOT_PASSWORD: Final = "bench-root-password"
 _REQUEST_OFFSET: Final = 168  # the request number in an Iggy request header
@@ -137,22 +139,41 @@ def produce(job: Job) -> tuple[list[float], float, float]:
         def read_reply() -> None:
             _receive_exactly(sock, 4)
     else:
-        from broker.runtime.client import WireClient
-        from sdk.wire import CommandCode
+        from sdk import wire
 
-        client = WireClient(job.address, timeout_s=60)
-        client.login("iggy", ROOT_PASSWORD)
-        sock = client.sock
-        frame = client.frame_for(int(CommandCode.SEND_MESSAGES), body)
-        first = client.request
+        host, _, port = job.address.rpartition(":")
+        sock = socket.create_connection((host, int(port)), timeout=60)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        decoder = wire.FrameDecoder()
+
+        def read_frame() -> wire.Frame:
+            while True:
+                frame = decoder.next_frame()
+                if frame is not wire.NEED_MORE_BYTES:
+                    return frame
+                data = sock.recv(1 << 20)
+                if not data:
+                    raise ConnectionError("server closed the connection")
+                decoder.feed(data)
+
+        # A raw session: the node serves it only on the connection that logged in.
+        client_id = int.from_bytes(os.urandom(16), "little") | 1
+        login = wire.LoginRegister("iggy", ROOT_PASSWORD).encode()
+        code = wire.CommandCode.LOGIN_REGISTER
+        sock.sendall(wire.build_request_frame(code, login, client=client_id, session=0, request=0))
+        reply = wire.read_reply(code, read_frame())
+        assert isinstance(reply, wire.LoginRegisterReply), reply
+        frame = wire.build_request_frame(
+            wire.CommandCode.SEND_MESSAGES, body, client=client_id, session=reply.session, request=1
+        )
 
         def next_frame(i: int) -> bytearray:
-            struct.pack_into("<Q", frame, _REQUEST_OFFSET, first + i)
+            struct.pack_into("<Q", frame, _REQUEST_OFFSET, 1 + i)
             return frame
 
         def read_reply() -> None:
-            reply = client.read_frame()
-            assert reply is not None and reply.reply_header().status == 0, reply
+            answer = read_frame()
+            assert answer.reply_header().status == 0, answer
 
     latencies = []
     first_started = time.monotonic()
@@ -204,14 +225,22 @@ def raw_setup(folder: Path) -> Iterator[tuple[str, Callable[[], dict[str, float]
         process.wait(timeout=10)
 
 
-def _runtime_stats(address: str) -> dict[str, object]:
-    from broker.runtime.client import WireClient
-    from broker.runtime.node import RUNTIME_STATS_CODE
+def _pinned_client(address: str) -> Client:
+    """An SDK client of the one node at ``address``, logged in as root."""
+    from sdk import Client, ClientConfig, NodeAddress
 
-    with WireClient(address) as client:
-        client.login("iggy", ROOT_PASSWORD)
-        frame = client.call_raw(RUNTIME_STATS_CODE)
-        report: dict[str, object] = json.loads(bytes(frame.body))
+    config = ClientConfig(
+        seeds=(NodeAddress.parse(address),),
+        username="iggy",
+        password=ROOT_PASSWORD,
+        cluster_discovery=False,
+    )
+    return Client(config)
+
+
+def _runtime_stats(address: str) -> dict[str, object]:
+    with _pinned_client(address) as client:
+        report: dict[str, object] = client.get_runtime_stats()
         return report
 
 
@@ -225,17 +254,9 @@ def _partition_counters(address: str) -> dict[str, float]:
 
 
 def _create_topic(address: str, durability: str) -> None:
-    from broker.runtime.client import WireClient
-    from sdk import wire
-    from sdk.wire import CommandCode
-
-    with WireClient(address) as client:
-        client.login("iggy", ROOT_PASSWORD)
-        client.call(CommandCode.CREATE_STREAM, wire.CreateStream("bench"))
-        options = (wire.OptionEntry.of("durability", durability, wire.HeaderKind.STRING),)
-        client.call(
-            CommandCode.CREATE_TOPIC, wire.CreateTopic(wire.Identifier("bench"), 1, "t", options)
-        )
+    with _pinned_client(address) as client:
+        client.create_stream("bench")
+        client.create_topic("bench", "t", 1, durability=durability)
 
 
 @contextmanager

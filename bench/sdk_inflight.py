@@ -45,6 +45,7 @@ import trio
 
 from broker.runtime.serve import READY_PREFIX
 from sdk import AsyncClient, Client, Message
+from sdk._driver import AsyncDriver, Driver
 
 ROOT_PASSWORD: Final = "bench-root-password"
 READY_TIMEOUT_S: Final = 30.0
@@ -177,7 +178,7 @@ class LatencyLog:
             self.samples.append(seconds)
 
 
-def _time_trio_sessions(sessions: Sequence[AsyncClient], log: LatencyLog) -> None:
+def _time_trio_sessions(sessions: Sequence[AsyncDriver], log: LatencyLog) -> None:
     for session in sessions:
         run = session._run
 
@@ -191,7 +192,7 @@ def _time_trio_sessions(sessions: Sequence[AsyncClient], log: LatencyLog) -> Non
         session._run = timed  # type: ignore[method-assign]
 
 
-def _time_blocking_sessions(sessions: Sequence[Client], log: LatencyLog) -> None:
+def _time_blocking_sessions(sessions: Sequence[Driver], log: LatencyLog) -> None:
     for session in sessions:
         run = session._run
 

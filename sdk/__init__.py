@@ -19,43 +19,43 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sdk.blocking import Client as Client
     from sdk.client import AsyncClient as AsyncClient
-    from sdk.client import TopicSettings as TopicSettings
     from sdk.connection_string import ClientConfig as ClientConfig
     from sdk.connection_string import NodeAddress as NodeAddress
     from sdk.connection_string import parse_connection_string as parse_connection_string
     from sdk.consumer import AsyncConsumer as AsyncConsumer
-    from sdk.consumer import AutoCommit as AutoCommit
     from sdk.consumer import Consumer as Consumer
-    from sdk.consumer import ConsumerSettings as ConsumerSettings
     from sdk.errors import IggyError as IggyError
     from sdk.producer import AsyncProducer as AsyncProducer
-    from sdk.producer import Backpressure as Backpressure
     from sdk.producer import Producer as Producer
-    from sdk.producer import ProducerSettings as ProducerSettings
+    from sdk.types import AutoCommit as AutoCommit
+    from sdk.types import Backpressure as Backpressure
     from sdk.types import ConsumerRef as ConsumerRef
+    from sdk.types import ConsumerSettings as ConsumerSettings
     from sdk.types import Message as Message
     from sdk.types import Partitioning as Partitioning
     from sdk.types import PolledMessages as PolledMessages
+    from sdk.types import ProducerSettings as ProducerSettings
     from sdk.types import ReceivedMessage as ReceivedMessage
+    from sdk.types import TopicSettings as TopicSettings
     from sdk.wire import Identifier as Identifier
     from sdk.wire import PollingStrategy as PollingStrategy
 
 _EXPORTS = {
     "AsyncClient": "sdk.client",
-    "TopicSettings": "sdk.client",
+    "TopicSettings": "sdk.types",
     "Client": "sdk.blocking",
     "ClientConfig": "sdk.connection_string",
     "NodeAddress": "sdk.connection_string",
     "parse_connection_string": "sdk.connection_string",
     "AsyncConsumer": "sdk.consumer",
-    "AutoCommit": "sdk.consumer",
+    "AutoCommit": "sdk.types",
     "Consumer": "sdk.consumer",
-    "ConsumerSettings": "sdk.consumer",
+    "ConsumerSettings": "sdk.types",
     "IggyError": "sdk.errors",
     "AsyncProducer": "sdk.producer",
-    "Backpressure": "sdk.producer",
+    "Backpressure": "sdk.types",
     "Producer": "sdk.producer",
-    "ProducerSettings": "sdk.producer",
+    "ProducerSettings": "sdk.types",
     "ConsumerRef": "sdk.types",
     "Message": "sdk.types",
     "Partitioning": "sdk.types",

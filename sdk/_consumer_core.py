@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final
 
 from sdk._protocol import NO_PARTITION, ClientCore, Step
 from sdk.errors import ConsumerGroupAlreadyExists, ConsumerGroupMemberNotFound, IggyError
-from sdk.types import ConsumerRef, IdLike, ReceivedMessage, to_identifier
+from sdk.types import AutoCommit, ConsumerRef, IdLike, ReceivedMessage, to_identifier
 from sdk.wire import IggyErrorCode, PollingStrategy
 
 __all__ = ["AutoCommit", "ConsumerCore"]
@@ -43,38 +42,6 @@ _RESYNC_CODES: Final = (
     IggyErrorCode.CONSUMER_GROUP_MEMBER_NOT_FOUND,
     IggyErrorCode.PARTITION_NOT_FOUND,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class AutoCommit:
-    """When a consumer stores its offsets on its own.
-
-    Attributes:
-        mode: ``"disabled"`` (only an explicit ``commit()`` stores offsets),
-            ``"interval"`` (every ``interval_s``, and on close), or ``"after_batch"``
-            (once every message of a polled batch is consumed, and on close).
-        interval_s: The interval of ``"interval"``.
-    """
-
-    mode: Literal["disabled", "interval", "after_batch"] = "interval"
-    interval_s: float = 1.0
-
-    @classmethod
-    def disabled(cls) -> AutoCommit:
-        """Never commit on its own (explicit ``commit()`` only)."""
-        return cls("disabled")
-
-    @classmethod
-    def interval(cls, interval_s: float) -> AutoCommit:
-        """Commit consumed offsets every ``interval_s`` (and on close)."""
-        if interval_s <= 0:
-            raise ValueError("the interval must be positive")
-        return cls("interval", interval_s)
-
-    @classmethod
-    def after_each_batch(cls) -> AutoCommit:
-        """Commit once every message of a polled batch has been consumed (and on close)."""
-        return cls("after_batch")
 
 
 class ConsumerCore:

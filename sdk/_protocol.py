@@ -49,11 +49,12 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 import random
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final, TypeAlias, TypeVar
+from typing import Any, Final, TypeAlias, TypeVar
 
 from sdk._cluster import METADATA, Cluster, PartitionGroup, RouteKey
 from sdk.connection_string import ClientConfig, NodeAddress
@@ -86,6 +87,7 @@ from sdk.types import (
 )
 from sdk.wire import (
     HEADER_SIZE,
+    RUNTIME_STATS_CODE,
     AckLevel,
     Balanced,
     ClientInfoDetails,
@@ -297,7 +299,7 @@ class _BodyTemplate:
 
     __slots__ = ("body", "code")
 
-    def __init__(self, code: CommandCode, body: bytes) -> None:
+    def __init__(self, code: CommandCode | int, body: bytes) -> None:
         self.code = code
         self.body = body
 
@@ -337,6 +339,7 @@ class _Answer:
     address: NodeAddress
     header: ReplyHeader
     payload: ReplyPayload | None
+    frame: Frame
 
 
 def _body(code: CommandCode, payload: RequestPayload) -> _BodyTemplate:
@@ -425,9 +428,10 @@ class ClientCore:
         return wait * (0.5 + 0.5 * self._rng.random())
 
     def _read(
-        self, code: CommandCode, request: int, operation: Operation, frame: Frame
+        self, code: CommandCode | int, request: int, operation: Operation, frame: Frame
     ) -> tuple[ReplyHeader, ReplyPayload | None]:
-        """Check that ``frame`` answers our request; decode it.
+        """Check that ``frame`` answers our request; decode it (a code outside Iggy's
+        registry has no payload: its caller reads the frame's body).
 
         Raises:
             ProtocolError: malformed, or not an answer to this request.
@@ -453,11 +457,15 @@ class ClientCore:
         if operation is Operation.REGISTER and header.status == 0 and len(frame.body) == 0:
             # A terminal login failure ships an empty Register reply (docs/protocol.md 4).
             raise _LoginRefused
+        if not isinstance(code, CommandCode):
+            if header.status != 0:
+                raise ServerRejected(header.status)
+            return header, None
         return header, read_reply(code, frame)
 
     def _call(
         self,
-        code: CommandCode,
+        code: CommandCode | int,
         template: _Template,
         route: RouteKey | None,
         *,
@@ -659,7 +667,7 @@ class ClientCore:
             self.cluster.on_answer(address)
             if write_route is not None:
                 self.cluster.on_primary(write_route, address, header.view, header.replica)
-            return _Answer(address, header, payload)
+            return _Answer(address, header, payload, reply)
 
     @staticmethod
     def _give_up(last: Exception | None, *, uncertain: bool, reached: bool) -> IggyError:
@@ -799,6 +807,22 @@ class ClientCore:
     def get_stats(self) -> Step[Stats]:
         """GET_STATS."""
         return _expect((yield from self._request(CommandCode.GET_STATS, Empty())), Stats)
+
+    def get_runtime_stats(self) -> Step[dict[str, Any]]:
+        """``RUNTIME_STATS_CODE`` (viewstream's own): the answering node's counters.
+
+        Raises:
+            InvalidFormat: the body is not a JSON object.
+        """
+        template = _BodyTemplate(RUNTIME_STATS_CODE, b"")
+        answer = yield from self._call(RUNTIME_STATS_CODE, template, None)
+        try:
+            report = json.loads(bytes(answer.frame.body))
+        except ValueError as error:
+            raise InvalidFormat(detail=f"runtime stats are not JSON: {error}") from None
+        if not isinstance(report, dict):
+            raise InvalidFormat(detail="runtime stats are not a JSON object")
+        return report
 
     def get_me(self) -> Step[ClientInfoDetails]:
         """GET_ME."""

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Final, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, Final, TypeVar, Unpack
 
 from sdk._protocol import (
     ClientCore,
@@ -31,15 +31,19 @@ from sdk._protocol import (
     Sleep,
     Step,
 )
-from sdk.client import CLOSE_TIMEOUT_S, RECEIVE_BYTES_MAX, TopicSettings
 from sdk.connection_string import ClientConfig, NodeAddress, parse_connection_string
 from sdk.errors import ClientClosed
 from sdk.types import (
+    CLOSE_TIMEOUT_S,
+    RECEIVE_BYTES_MAX,
     ConsumerRef,
+    ConsumerSettings,
     IdLike,
     MessageLike,
     PartitioningLike,
     PolledMessages,
+    ProducerSettings,
+    TopicSettings,
     string_options,
     topic_options,
 )
@@ -67,8 +71,8 @@ from sdk.wire import (
 )
 
 if TYPE_CHECKING:
-    from sdk.consumer import Consumer, ConsumerSettings
-    from sdk.producer import Producer, ProducerSettings
+    from sdk.consumer import Consumer
+    from sdk.producer import Producer
 
 __all__ = ["Client"]
 
@@ -294,6 +298,11 @@ class Client:
         """Server statistics."""
         return self._run(self._core.get_stats())
 
+    def get_runtime_stats(self) -> dict[str, Any]:
+        """viewstream's own counters of the node that answers (see
+        :meth:`sdk.client.AsyncClient.get_runtime_stats`)."""
+        return self._run(self._core.get_runtime_stats())
+
     # --- streams -----------------------------------------------------------------------------
 
     def create_stream(
@@ -333,7 +342,7 @@ class Client:
         partitions_count: int = 1,
         **settings: Unpack[TopicSettings],
     ) -> TopicDetails:
-        """Create a topic (settings: :class:`sdk.client.TopicSettings`)."""
+        """Create a topic (settings: :class:`sdk.types.TopicSettings`)."""
         options = topic_options(create=True, **settings)
         return self._run(self._core.create_topic(stream, name, partitions_count, options))
 

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, suppress
 from types import TracebackType
-from typing import TYPE_CHECKING, Final, TypedDict, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, Final, TypeVar, Unpack
 
 import trio
 
@@ -39,13 +39,16 @@ from sdk._protocol import (
 from sdk.connection_string import ClientConfig, NodeAddress, parse_connection_string
 from sdk.errors import ClientClosed
 from sdk.types import (
+    CLOSE_TIMEOUT_S,
+    RECEIVE_BYTES_MAX,
     ConsumerRef,
-    Expiry,
+    ConsumerSettings,
     IdLike,
     MessageLike,
     PartitioningLike,
     PolledMessages,
-    TopicSize,
+    ProducerSettings,
+    TopicSettings,
     string_options,
     topic_options,
 )
@@ -73,48 +76,13 @@ from sdk.wire import (
 )
 
 if TYPE_CHECKING:
-    from sdk.consumer import AsyncConsumer, ConsumerSettings
-    from sdk.producer import AsyncProducer, ProducerSettings
+    from sdk.consumer import AsyncConsumer
+    from sdk.producer import AsyncProducer
 
 __all__ = ["RECEIVE_BYTES_MAX", "AsyncClient", "TopicSettings"]
 
-RECEIVE_BYTES_MAX: Final = 256 * 1024
-"""Largest single read from a socket."""
-
-CLOSE_TIMEOUT_S: Final = 2.0
-"""Longest a close waits for its best-effort logout."""
-
 _T = TypeVar("_T")
 _BALANCED: Final = Balanced()
-
-
-class TopicSettings(TypedDict, total=False):
-    """Topic settings of ``create_topic`` and ``update_topic`` (the official SDK's names).
-
-    Attributes:
-        compression_algorithm: ``"none"`` or ``"gzip"``.
-        message_expiry: A ``timedelta``, or ``"never"``.
-        max_topic_size: Bytes, or ``"unlimited"``.
-        segment_size: Bytes per segment.
-        durability: ``"replicated"`` (ack once a quorum holds it) or ``"persisted"``
-            (ack once a quorum has synced it).
-        consumer_offset_durability: The same, for stored consumer offsets.
-        messages_required_to_save: Messages buffered before a save.
-        size_of_messages_required_to_save: Bytes buffered before a save.
-        preallocate_segments: Preallocate segment files.
-        options: Further options, sent verbatim as strings.
-    """
-
-    compression_algorithm: str
-    message_expiry: Expiry
-    max_topic_size: TopicSize
-    segment_size: int
-    durability: str
-    consumer_offset_durability: str
-    messages_required_to_save: int
-    size_of_messages_required_to_save: int
-    preallocate_segments: bool
-    options: Mapping[str, str]
 
 
 def _wall_clock_us() -> int:
@@ -355,6 +323,24 @@ class AsyncClient:
     async def get_stats(self) -> Stats:
         """Server statistics."""
         return await self._run(self._core.get_stats())
+
+    async def get_runtime_stats(self) -> dict[str, Any]:
+        """viewstream's own counters of the node that answers (command code 9000).
+
+        The report has a ``"node"`` section (connections, disk, syncs) and a ``"groups"``
+        section with each group's consensus counters, as ``viewstream stats --json``
+        prints them (meanings in ``docs/operations.md``). Any node of the roster may
+        answer; to read one node's, pin a client to it (``seeds=(address,)``,
+        ``cluster_discovery=False``). Needs the ``read_servers`` permission.
+
+        Returns:
+            The report, decoded from JSON.
+
+        Raises:
+            IggyError: the node refused (a server that is not viewstream answers an
+                unknown code with ``InvalidCommand``), or the call failed.
+        """
+        return await self._run(self._core.get_runtime_stats())
 
     # --- streams -------------------------------------------------------------------------
 
@@ -611,7 +597,7 @@ class AsyncClient:
     ) -> AbstractAsyncContextManager[AsyncProducer]:
         """A batching producer (``async with client.producer(...) as producer:``).
 
-        See :class:`sdk.producer.ProducerSettings` for the settings.
+        See :class:`sdk.types.ProducerSettings` for the settings.
         """
         from sdk.producer import open_async_producer
 
@@ -621,7 +607,7 @@ class AsyncClient:
         self, stream: IdLike, topic: IdLike, **settings: Unpack[ConsumerSettings]
     ) -> AsyncConsumer:
         """A consumer (``async with client.consumer(...) as consumer: async for m in
-        consumer``). See :class:`sdk.consumer.ConsumerSettings` for the settings."""
+        consumer``). See :class:`sdk.types.ConsumerSettings` for the settings."""
         from sdk.consumer import AsyncConsumer
 
         return AsyncConsumer(self, stream, topic, **settings)

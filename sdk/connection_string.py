@@ -44,6 +44,15 @@ class NodeAddress:
     host: str
     port: int
 
+    @classmethod
+    def parse(cls, text: str) -> NodeAddress:
+        """``HOST:PORT``, ``HOST`` (port 8090) or ``[IPv6]:PORT``, as in a connection string.
+
+        Raises:
+            InvalidConnectionString: an empty host, a bad port or a malformed address.
+        """
+        return _address(text)
+
     def __str__(self) -> str:
         if ":" in self.host:
             return f"[{self.host}]:{self.port}"

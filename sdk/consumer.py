@@ -15,53 +15,18 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, TypedDict, Unpack
+from typing import Unpack
 
 import trio
 
-from sdk._consumer_core import AutoCommit, ConsumerCore
+from sdk._consumer_core import ConsumerCore
+from sdk._driver import AsyncDriver, Driver
 from sdk._protocol import ClientCore
-from sdk.types import IdLike, ReceivedMessage
+from sdk.types import AutoCommit, ConsumerSettings, IdLike, ReceivedMessage
 from sdk.wire import PollingStrategy
 
-if TYPE_CHECKING:
-    from sdk.blocking import Client
-    from sdk.client import AsyncClient
-
 __all__ = ["AsyncConsumer", "AutoCommit", "Consumer", "ConsumerSettings"]
-
-
-class ConsumerSettings(TypedDict, total=False):
-    """Settings of a consumer.
-
-    Attributes:
-        group: Join this consumer group (created if missing and ``create_group``); the
-            cluster assigns the partitions. Without it the consumer is single.
-        consumer_id: The single consumer's id, which owns its stored offsets (default 0).
-        partition_ids: The single consumer's partitions (default: all of the topic's).
-        start: Where a partition is first read from (default ``PollingStrategy.next()``:
-            after the stored offset).
-        batch_length: Most messages per poll (default 100).
-        auto_commit: ``AutoCommit.interval(s)`` (default, 1 s),
-            ``AutoCommit.after_each_batch()`` or ``AutoCommit.disabled()``.
-        create_group: Create the group if it does not exist (default ``True``).
-        poll_interval_min_s: First wait after an empty poll round (default 50 ms).
-        poll_interval_max_s: Longest wait between empty rounds (default 1 s).
-        sync_interval_s: How often a group member re-checks its assignment (default 1 s).
-    """
-
-    group: IdLike
-    consumer_id: IdLike
-    partition_ids: Sequence[int]
-    start: PollingStrategy
-    batch_length: int
-    auto_commit: AutoCommit
-    create_group: bool
-    poll_interval_min_s: float
-    poll_interval_max_s: float
-    sync_interval_s: float
 
 
 def _core(
@@ -96,12 +61,12 @@ class AsyncConsumer:
         client: The client whose settings and credentials the consumer's session uses.
         stream: The stream.
         topic: The topic.
-        **settings: See :class:`ConsumerSettings`.
+        **settings: See :class:`sdk.types.ConsumerSettings`.
     """
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: AsyncDriver,
         stream: IdLike,
         topic: IdLike,
         **settings: Unpack[ConsumerSettings],
@@ -202,11 +167,11 @@ class Consumer:
         client: The client whose settings and credentials the consumer's session uses.
         stream: The stream.
         topic: The topic.
-        **settings: See :class:`ConsumerSettings`.
+        **settings: See :class:`sdk.types.ConsumerSettings`.
     """
 
     def __init__(
-        self, client: Client, stream: IdLike, topic: IdLike, **settings: Unpack[ConsumerSettings]
+        self, client: Driver, stream: IdLike, topic: IdLike, **settings: Unpack[ConsumerSettings]
     ) -> None:
         self._session = client.new_session()
         self._core = _core(self._session._core, stream, topic, settings)

@@ -24,10 +24,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Final, Literal, TypedDict, Unpack
+from typing import Final, Unpack
 
 import trio
 
+from sdk._driver import AsyncDriver, Driver
 from sdk._producer_core import Accumulator, PendingBatch, message_size
 from sdk.errors import (
     IggyError,
@@ -37,9 +38,11 @@ from sdk.errors import (
     ProducerSendError,
 )
 from sdk.types import (
+    Backpressure,
     IdLike,
     MessageLike,
     PartitioningLike,
+    ProducerSettings,
     to_identifier,
     to_message,
     to_partitioning,
@@ -55,10 +58,6 @@ from sdk.wire import (
     build_send_messages,
 )
 
-if TYPE_CHECKING:
-    from sdk.blocking import Client
-    from sdk.client import AsyncClient
-
 __all__ = [
     "Backpressure",
     "AsyncProducer",
@@ -70,59 +69,6 @@ __all__ = [
 
 IN_FLIGHT_MAX: Final = 64
 """Most batches (sessions) a producer may keep in flight."""
-
-
-@dataclass(frozen=True, slots=True)
-class Backpressure:
-    """What ``send`` does when the buffer is full.
-
-    Attributes:
-        mode: ``"block"`` waits for room; ``"fail"`` raises at once.
-        timeout_s: With ``"block"``, the longest wait before raising (``None``: forever).
-    """
-
-    mode: Literal["block", "fail"] = "block"
-    timeout_s: float | None = None
-
-    @classmethod
-    def block(cls) -> Backpressure:
-        """Wait for room as long as it takes."""
-        return cls("block", None)
-
-    @classmethod
-    def block_with_timeout(cls, timeout_s: float) -> Backpressure:
-        """Wait for room up to ``timeout_s``, then raise ProducerBufferFull."""
-        return cls("block", timeout_s)
-
-    @classmethod
-    def fail(cls) -> Backpressure:
-        """Raise ProducerBufferFull at once."""
-        return cls("fail", None)
-
-
-class ProducerSettings(TypedDict, total=False):
-    """Settings of a producer.
-
-    Attributes:
-        partitioning: Default partitioning of ``send`` (default balanced).
-        batch_length: Most messages per batch (default 1000).
-        batch_size_bytes: Most message bytes per batch (default 1 MiB).
-        linger_s: How long a batch waits for more messages (default 5 ms).
-        max_in_flight: Batches on the wire at once, one session each (default 1).
-        buffer_size_bytes: Most bytes buffered or in flight (default 32 MiB).
-        backpressure: What ``send`` does when the buffer is full (default block).
-        ordered: Keep one batch per partition in flight, so each partition receives
-            messages in send order (default ``True``).
-    """
-
-    partitioning: PartitioningLike
-    batch_length: int
-    batch_size_bytes: int
-    linger_s: float
-    max_in_flight: int
-    buffer_size_bytes: int
-    backpressure: Backpressure
-    ordered: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,12 +192,12 @@ class AsyncProducer:
         client: The client whose settings and credentials the sender sessions use.
         stream: The stream.
         topic: The topic.
-        **settings: See :class:`ProducerSettings`.
+        **settings: See :class:`sdk.types.ProducerSettings`.
     """
 
     def __init__(
         self,
-        client: AsyncClient,
+        client: AsyncDriver,
         stream: IdLike,
         topic: IdLike,
         **settings: Unpack[ProducerSettings],
@@ -259,7 +205,7 @@ class AsyncProducer:
         self._client = client
         self._state = _ProducerState(stream, topic, settings)
         self._rng = random.Random(client._rng.getrandbits(64))
-        self._sessions: list[AsyncClient] = []
+        self._sessions: list[AsyncDriver] = []
         self._changed = trio.Event()
         self._cancel_scope = trio.CancelScope()
         self._senders_done = trio.Event()
@@ -282,7 +228,7 @@ class AsyncProducer:
             self._senders_done.set()
             self._notify()
 
-    async def _sender(self, session: AsyncClient) -> None:
+    async def _sender(self, session: AsyncDriver) -> None:
         state = self._state
         accumulator = state.accumulator
         try:
@@ -410,7 +356,7 @@ class AsyncProducer:
 
 @asynccontextmanager
 async def open_async_producer(
-    client: AsyncClient, stream: IdLike, topic: IdLike, **settings: Unpack[ProducerSettings]
+    client: AsyncDriver, stream: IdLike, topic: IdLike, **settings: Unpack[ProducerSettings]
 ) -> AsyncIterator[AsyncProducer]:
     """Run an :class:`AsyncProducer` for the body of an ``async with``.
 
@@ -448,11 +394,11 @@ class Producer:
         client: The client whose settings and credentials the sender sessions use.
         stream: The stream.
         topic: The topic.
-        **settings: See :class:`ProducerSettings`.
+        **settings: See :class:`sdk.types.ProducerSettings`.
     """
 
     def __init__(
-        self, client: Client, stream: IdLike, topic: IdLike, **settings: Unpack[ProducerSettings]
+        self, client: Driver, stream: IdLike, topic: IdLike, **settings: Unpack[ProducerSettings]
     ) -> None:
         self._client = client
         self._state = _ProducerState(stream, topic, settings)
@@ -469,7 +415,7 @@ class Producer:
         for thread in self._threads:
             thread.start()
 
-    def _sender(self, session: Client) -> None:
+    def _sender(self, session: Driver) -> None:
         state = self._state
         accumulator = state.accumulator
         condition = self._condition

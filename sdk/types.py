@@ -1,6 +1,10 @@
-"""Public value types of the SDK: messages, consumers, partitioning, topic options.
+"""Public value types of the SDK: messages, consumers, partitioning, topic options, and the
+settings and constants both drivers share.
 
-Purpose: the small frozen values callers build and receive. Replies the wire codec
+Purpose: the small frozen values callers build and receive, and the settings of topics,
+producers and consumers, so the trio client (``sdk.client``), the blocking client
+(``sdk.blocking``), the producers and the consumers read them from one place and none of
+those modules imports another's internals. Replies the wire codec
 already types (``StreamDetails``, ``TopicDetails``, ``ConsumerGroupDetails``, ``Stats``,
 ``ClusterMetadata`` ...) are returned as they are and re-exported from ``sdk``.
 
@@ -11,10 +15,10 @@ unless it is all decimal digits (then it is a numeric id); pass an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Final, Literal, NamedTuple, TypeAlias
+from typing import Final, Literal, NamedTuple, TypeAlias, TypedDict
 
 from sdk.wire import (
     Balanced,
@@ -26,6 +30,7 @@ from sdk.wire import (
     OptionEntry,
     OutgoingMessage,
     PartitionId,
+    PollingStrategy,
     UserHeader,
     decode_header_value,
     decode_user_headers,
@@ -34,8 +39,13 @@ from sdk.wire import (
 from sdk.wire.primitives import HeaderValue
 
 __all__ = [
+    "CLOSE_TIMEOUT_S",
+    "RECEIVE_BYTES_MAX",
     "U64_MAX",
+    "AutoCommit",
+    "Backpressure",
     "ConsumerRef",
+    "ConsumerSettings",
     "Expiry",
     "HeaderValue",
     "IdLike",
@@ -44,7 +54,9 @@ __all__ = [
     "Partitioning",
     "PartitioningLike",
     "PolledMessages",
+    "ProducerSettings",
     "ReceivedMessage",
+    "TopicSettings",
     "TopicSize",
     "string_options",
     "topic_options",
@@ -325,3 +337,157 @@ def string_options(options: Mapping[str, str] | None) -> tuple[OptionEntry, ...]
         return ()
     keys = sorted(options, key=lambda k: k.encode("utf-8"))
     return tuple(OptionEntry.of(key, options[key], HeaderKind.STRING) for key in keys)
+
+
+# --- settings shared by the drivers and the high-level clients -------------------------
+
+RECEIVE_BYTES_MAX: Final = 256 * 1024
+"""Largest single read from a socket."""
+
+CLOSE_TIMEOUT_S: Final = 2.0
+"""Longest a close waits for its best-effort logout."""
+
+
+class TopicSettings(TypedDict, total=False):
+    """Topic settings of ``create_topic`` and ``update_topic`` (the official SDK's names).
+
+    Attributes:
+        compression_algorithm: ``"none"`` or ``"gzip"``.
+        message_expiry: A ``timedelta``, or ``"never"``.
+        max_topic_size: Bytes, or ``"unlimited"``.
+        segment_size: Bytes per segment.
+        durability: ``"replicated"`` (ack once a quorum holds it) or ``"persisted"``
+            (ack once a quorum has synced it).
+        consumer_offset_durability: The same, for stored consumer offsets.
+        messages_required_to_save: Messages buffered before a save.
+        size_of_messages_required_to_save: Bytes buffered before a save.
+        preallocate_segments: Preallocate segment files.
+        options: Further options, sent verbatim as strings.
+    """
+
+    compression_algorithm: str
+    message_expiry: Expiry
+    max_topic_size: TopicSize
+    segment_size: int
+    durability: str
+    consumer_offset_durability: str
+    messages_required_to_save: int
+    size_of_messages_required_to_save: int
+    preallocate_segments: bool
+    options: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Backpressure:
+    """What ``send`` does when the buffer is full.
+
+    Attributes:
+        mode: ``"block"`` waits for room; ``"fail"`` raises at once.
+        timeout_s: With ``"block"``, the longest wait before raising (``None``: forever).
+    """
+
+    mode: Literal["block", "fail"] = "block"
+    timeout_s: float | None = None
+
+    @classmethod
+    def block(cls) -> Backpressure:
+        """Wait for room as long as it takes."""
+        return cls("block", None)
+
+    @classmethod
+    def block_with_timeout(cls, timeout_s: float) -> Backpressure:
+        """Wait for room up to ``timeout_s``, then raise ProducerBufferFull."""
+        return cls("block", timeout_s)
+
+    @classmethod
+    def fail(cls) -> Backpressure:
+        """Raise ProducerBufferFull at once."""
+        return cls("fail", None)
+
+
+@dataclass(frozen=True, slots=True)
+class AutoCommit:
+    """When a consumer stores its offsets on its own.
+
+    Attributes:
+        mode: ``"disabled"`` (only an explicit ``commit()`` stores offsets),
+            ``"interval"`` (every ``interval_s``, and on close), or ``"after_batch"``
+            (once every message of a polled batch is consumed, and on close).
+        interval_s: The interval of ``"interval"``.
+    """
+
+    mode: Literal["disabled", "interval", "after_batch"] = "interval"
+    interval_s: float = 1.0
+
+    @classmethod
+    def disabled(cls) -> AutoCommit:
+        """Never commit on its own (explicit ``commit()`` only)."""
+        return cls("disabled")
+
+    @classmethod
+    def interval(cls, interval_s: float) -> AutoCommit:
+        """Commit consumed offsets every ``interval_s`` (and on close)."""
+        if interval_s <= 0:
+            raise ValueError("the interval must be positive")
+        return cls("interval", interval_s)
+
+    @classmethod
+    def after_each_batch(cls) -> AutoCommit:
+        """Commit once every message of a polled batch has been consumed (and on close)."""
+        return cls("after_batch")
+
+
+class ProducerSettings(TypedDict, total=False):
+    """Settings of a producer.
+
+    Attributes:
+        partitioning: Default partitioning of ``send`` (default balanced).
+        batch_length: Most messages per batch (default 1000).
+        batch_size_bytes: Most message bytes per batch (default 1 MiB).
+        linger_s: How long a batch waits for more messages (default 5 ms).
+        max_in_flight: Batches on the wire at once, one session each (default 1).
+        buffer_size_bytes: Most bytes buffered or in flight (default 32 MiB).
+        backpressure: What ``send`` does when the buffer is full (default block).
+        ordered: Keep one batch per partition in flight, so each partition receives
+            messages in send order (default ``True``).
+    """
+
+    partitioning: PartitioningLike
+    batch_length: int
+    batch_size_bytes: int
+    linger_s: float
+    max_in_flight: int
+    buffer_size_bytes: int
+    backpressure: Backpressure
+    ordered: bool
+
+
+class ConsumerSettings(TypedDict, total=False):
+    """Settings of a consumer.
+
+    Attributes:
+        group: Join this consumer group (created if missing and ``create_group``); the
+            cluster assigns the partitions. Without it the consumer is single.
+        consumer_id: The single consumer's id, which owns its stored offsets (default 0).
+        partition_ids: The single consumer's partitions (default: all of the topic's).
+        start: Where a partition is first read from (default ``PollingStrategy.next()``:
+            after the stored offset).
+        batch_length: Most messages per poll (default 100).
+        auto_commit: ``AutoCommit.interval(s)`` (default, 1 s),
+            ``AutoCommit.after_each_batch()`` or ``AutoCommit.disabled()``.
+        create_group: Create the group if it does not exist (default ``True``).
+        poll_interval_min_s: First wait after an empty poll round (default 50 ms).
+        poll_interval_max_s: Longest wait between empty rounds (default 1 s).
+        sync_interval_s: How often a group member re-checks its assignment (default 1 s).
+    """
+
+    group: IdLike
+    consumer_id: IdLike
+    partition_ids: Sequence[int]
+    start: PollingStrategy
+    batch_length: int
+    auto_commit: AutoCommit
+    create_group: bool
+    poll_interval_min_s: float
+    poll_interval_max_s: float
+    sync_interval_s: float

@@ -37,10 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from broker.runtime.client import WireClient
-from broker.runtime.node import RUNTIME_STATS_CODE
 from broker.runtime.serve import READY_PREFIX
-from sdk import wire
+from sdk import Client, ClientConfig, NodeAddress
+from sdk.errors import IggyError
 
 READY_TIMEOUT_S: Final = 60.0
 STOP_TIMEOUT_S: Final = 20.0
@@ -191,27 +190,27 @@ class StatsProbe:
     (one session per connection, not one per probe: a login is a metadata op)."""
 
     def __init__(self) -> None:
-        self._client: WireClient | None = None
+        self._client: Client | None = None
         self._lock = threading.Lock()
 
     def stats(self, address: str, password: str) -> dict[str, Any] | None:
         with self._lock:
             try:
                 if self._client is None:
-                    self._client = WireClient(address, timeout_s=PROBE_TIMEOUT_S)
-                    self._client.login("iggy", password)
-                frame = self._client.call_raw(RUNTIME_STATS_CODE)
-                if frame.command is not wire.Command.REPLY or frame.reply_header().status != 0:
-                    raise ConnectionError("refused")
-            except (
-                OSError,
-                wire.ProtocolError,
-                wire.ServerRejected,
-                wire.SessionEvicted,
-            ):
+                    self._client = Client(
+                        ClientConfig(
+                            seeds=(NodeAddress.parse(address),),
+                            request_timeout_s=PROBE_TIMEOUT_S,
+                            connect_timeout_s=PROBE_TIMEOUT_S,
+                            retry_deadline_s=PROBE_TIMEOUT_S,
+                            cluster_discovery=False,
+                        )
+                    )
+                    self._client.login_user("iggy", password)
+                report: dict[str, Any] = self._client.get_runtime_stats()
+            except IggyError:
                 self._close()
                 return None
-            report: dict[str, Any] = json.loads(bytes(frame.body))
             return report
 
     def _close(self) -> None:

@@ -14,7 +14,6 @@ their secrets through the environment, never the command line.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
@@ -28,9 +27,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from bench.load.params import Embedded
+
+if TYPE_CHECKING:
+    from sdk import Client
 
 __all__ = [
     "CLUSTER_NODES",
@@ -47,7 +49,6 @@ CLUSTER_NODES: Final = 3
 READY_TIMEOUT_S: Final = 60.0
 STOP_TIMEOUT_S: Final = 20.0
 STATS_TIMEOUT_S: Final = 5.0
-RUNTIME_STATS_CODE: Final = 9000
 """viewstream's non-replicated code for its per-group counters (JSON)."""
 READY_PREFIX: Final = "viewstream listening on "
 _LAUNCH: Final = "import sys; from broker.cli import app; sys.argv[0] = 'viewstream'; app()"
@@ -148,17 +149,35 @@ def _stop(processes: Sequence[subprocess.Popen[bytes]]) -> None:
             process.wait(timeout=STOP_TIMEOUT_S)
 
 
+def _pinned_client(address: str, username: str, password: str) -> Client:
+    """An SDK client of the one node at ``address`` (no discovery), every call bounded by
+    ``STATS_TIMEOUT_S``."""
+    from sdk import Client, ClientConfig, NodeAddress
+
+    config = ClientConfig(
+        seeds=(NodeAddress.parse(address),),
+        username=username,
+        password=password,
+        request_timeout_s=STATS_TIMEOUT_S,
+        connect_timeout_s=STATS_TIMEOUT_S,
+        retry_deadline_s=STATS_TIMEOUT_S,
+        cluster_discovery=False,
+    )
+    return Client(config)
+
+
 def _wait_serving(addresses: Sequence[str], username: str, password: str) -> None:
     """Wait until a login succeeds (the metadata group has a primary and commits)."""
-    from broker.runtime.client import WireClient
-
     deadline = time.monotonic() + READY_TIMEOUT_S
     last: Exception | None = None
     while time.monotonic() < deadline:
         for address in addresses:
             try:
-                with WireClient(address, timeout_s=STATS_TIMEOUT_S) as client:
-                    client.login(username, password)
+                client = _pinned_client(address, username, password)
+                try:
+                    client.login_user(username, password)
+                finally:
+                    client.close()
                 return
             except Exception as error:  # not up yet: a refusal, a reset, a timeout
                 last = error
@@ -269,9 +288,7 @@ def _is_local(address: str) -> bool:
 
 def snapshot_nodes(addresses: Sequence[str], username: str, password: str) -> list[NodeSnapshot]:
     """A snapshot of each node (failures are recorded, never raised)."""
-    from broker.runtime.client import WireClient
-    from sdk import wire
-    from sdk.wire import CommandCode
+    from sdk.errors import IggyError
 
     snapshots: list[NodeSnapshot] = []
     for address in addresses:
@@ -280,18 +297,15 @@ def snapshot_nodes(addresses: Sequence[str], username: str, password: str) -> li
         error: str | None = None
         cpu: float | None = None
         try:
-            with WireClient(address, timeout_s=STATS_TIMEOUT_S) as client:
-                client.login(username, password)
-                reply = client.call(CommandCode.GET_STATS, wire.Empty())
-                if isinstance(reply, wire.Stats):
-                    server = {
-                        name: getattr(reply, name)
-                        for name in reply.__dataclass_fields__
-                        if name != "cache_metrics"
-                    }
-                frame = client.call_raw(RUNTIME_STATS_CODE)
-                if frame.reply_header().status == 0:
-                    runtime = json.loads(bytes(frame.body))
+            with _pinned_client(address, username, password) as client:
+                reply = client.get_stats()
+                server = {
+                    name: getattr(reply, name)
+                    for name in reply.__dataclass_fields__
+                    if name != "cache_metrics"
+                }
+                with suppress(IggyError):  # a server without viewstream's counters
+                    runtime = client.get_runtime_stats()
         except Exception as failure:  # stats are a side dish: never fail the run on them
             error = f"{type(failure).__name__}: {failure}"
         pid = server.get("process_id")
@@ -304,17 +318,12 @@ def snapshot_nodes(addresses: Sequence[str], username: str, password: str) -> li
 def cluster_addresses(address: str, username: str, password: str) -> list[str]:
     """Every node's client address from the cluster metadata (``[address]`` if the
     server does not say)."""
-    from broker.runtime.client import WireClient
-    from sdk import wire
-    from sdk.wire import CommandCode
-
     try:
-        with WireClient(address, timeout_s=STATS_TIMEOUT_S) as client:
-            client.login(username, password)
-            reply = client.call(CommandCode.GET_CLUSTER_METADATA, wire.Empty())
+        with _pinned_client(address, username, password) as client:
+            reply = client.get_cluster_metadata()
     except Exception:
         return [address]
-    if not isinstance(reply, wire.ClusterMetadata) or not reply.nodes:
+    if not reply.nodes:
         return [address]
     return [f"{node.ip}:{node.tcp_port}" for node in reply.nodes]
 

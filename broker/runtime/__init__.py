@@ -13,8 +13,9 @@ Purpose: run one viewstream node. Modules, from the outside in:
   forwarding of requests to a group's primary.
 - ``stats``: counters with their exact meanings.
 - ``config``: settings (defaults < TOML < environment < flags).
-- ``cluster``, ``admin``, ``client``: the local-cluster commands, the admin commands and
-  the blocking wire client they use.
+
+The client-side tools (the local-cluster launcher and the admin commands) live with the
+command line in ``broker.cli``; the runtime imports neither it nor the SDK's clients.
 
 Invariants:
 

@@ -64,6 +64,7 @@ from sdk.wire.batch import (
 from sdk.wire.codes import (
     PROTOCOL_VERSION,
     PROTOCOL_VERSION_MIN,
+    RUNTIME_STATS_CODE,
     Command,
     CommandCode,
     EvictionReason,
@@ -213,6 +214,7 @@ __all__ = [
     "Operation",
     "PROTOCOL_VERSION",
     "PROTOCOL_VERSION_MIN",
+    "RUNTIME_STATS_CODE",
     "code_for_operation",
     "format_protocol_version",
     "is_protocol_compatible",

@@ -35,6 +35,7 @@ __all__ = [
     "Operation",
     "PROTOCOL_VERSION",
     "PROTOCOL_VERSION_MIN",
+    "RUNTIME_STATS_CODE",
     "code_for_operation",
     "format_protocol_version",
     "is_protocol_compatible",
@@ -160,6 +161,13 @@ class Operation(enum.IntEnum):
             Operation.STORE_CONSUMER_OFFSET,
             Operation.DELETE_CONSUMER_OFFSET,
         )
+
+
+RUNTIME_STATS_CODE: Final = 9000
+"""viewstream's own non-replicated command code, outside Iggy's registry: a node's
+per-group consensus counters and node counters, as a JSON body. Iggy lets a server decide
+about codes it does not define (the official SDK sends them with ``send_binary_request``);
+``CommandCode`` stays Iggy's registry, so this code travels as ``Operation.NON_REPLICATED``."""
 
 
 class CommandCode(enum.IntEnum):

@@ -32,7 +32,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.runtime.client import WireClient
 from sdk import wire
 from sdk.wire import (
     HEADER_SIZE,
@@ -44,6 +43,7 @@ from sdk.wire import (
     operation_for_code,
 )
 from tests.runtime.processes import ROOT_PASSWORD, NodeProcess, start_node
+from tests.wire_client import WireClient
 
 FRAME_SIZE_MAX = 1 << 20
 FRAME_READ_TIMEOUT_S = 2.0

@@ -19,10 +19,10 @@ import trio
 
 from bench.chaos.nodes import ChaosCluster
 from bench.chaos.run import all_stats, converged
-from broker.runtime.client import WireClient
 from sdk import AsyncClient, ClientConfig, ConsumerRef, NodeAddress, PollingStrategy, wire
 from sdk.wire import CommandCode
 from tests.runtime.processes import ROOT_PASSWORD, NodeProcess, start_node
+from tests.wire_client import WireClient
 
 REPAIR_OPS = 300
 """More ops than a replica repairs one by one (``consensus.config.REPAIR_OPS_MAX``)."""

@@ -3,7 +3,7 @@
 A client routes writes by reply headers: a committed write names the view it committed in
 and that view's primary, and a refusal with 58 names the group's current view and primary,
 so the next request goes straight to the right node. These tests read raw frames
-(``broker.runtime.client.WireClient``) so each names exactly what a node says. The cluster
+(``tests.wire_client.WireClient``) so each names exactly what a node says. The cluster
 runs behind the chaos fault proxy (``bench.chaos.nodes.ChaosCluster``), which can cut one
 node off the replica bus while its clients still reach it; every process binds 127.0.0.1
 and is killed in teardown.
@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from bench.chaos.nodes import ChaosCluster
-from broker.runtime.client import WireClient
 from sdk import wire
 from sdk.wire import CommandCode, IggyErrorCode
 from tests.runtime.processes import CLUSTER_SECRET, ROOT_PASSWORD
+from tests.wire_client import WireClient
 
 NODES = 3
 PARTITIONS = 3

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from bench.chaos.nodes import ChaosCluster
-from broker.runtime.client import WireClient
 from sdk import wire
 from sdk.wire import CommandCode, IggyErrorCode
 from tests.runtime.processes import CLUSTER_SECRET, ROOT_PASSWORD
@@ -25,6 +24,7 @@ from tests.runtime.test_request_identity import (
     call_as,
     exercise_reused_number,
 )
+from tests.wire_client import WireClient
 
 TICK_MS = 5
 RETRY_TIMEOUT_S = 30.0

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from apache_iggy import Consumer, Durability, IggyClient, PollingStrategy, SendMessage
 
-from broker.runtime.client import WireClient
 from sdk import wire
 from sdk.wire import CommandCode
 from tests.runtime.processes import ROOT_PASSWORD, NodeProcess, start_node
 from tests.runtime.test_interop_node import connect, run
+from tests.wire_client import WireClient
 
 BATCH_MESSAGES = 20
 LOAD_S = 1.5

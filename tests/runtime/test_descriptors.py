@@ -40,7 +40,6 @@ from broker.runtime.bus import (
     ReplicaBus,
     _mac,
 )
-from broker.runtime.client import WireClient
 from broker.runtime.config import Config
 from broker.runtime.group import (
     PARTITION_DESCRIPTORS_CHARGED,
@@ -69,6 +68,7 @@ from tests.runtime.processes import (
     NodeProcess,
     free_port,
 )
+from tests.wire_client import WireClient
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="counts /proc/<pid>/fd"

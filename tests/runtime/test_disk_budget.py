@@ -12,11 +12,11 @@ import os
 import time
 from pathlib import Path
 
-from broker.runtime.client import WireClient
 from broker.runtime.disk import DiskGuard, DiskScan, scan_disk
 from sdk import wire
 from sdk.wire import CommandCode, IggyErrorCode
 from tests.runtime.processes import ROOT_PASSWORD, start_node
+from tests.wire_client import WireClient
 
 BUDGET_BYTES = 64 * 1024 * 1024
 WAIT_S = 10.0

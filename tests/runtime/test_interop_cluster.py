@@ -1,6 +1,6 @@
 """A real 3-node cluster on 127.0.0.1: the official SDK, forwarding, and a node killed.
 
-The cluster is started by ``broker.runtime.cluster.start_cluster`` (what ``viewstream
+The cluster is started by ``broker.cli.cluster.start_cluster`` (what ``viewstream
 cluster up`` runs) with a 5 ms tick, so a view change after a crash takes a couple of
 seconds instead of five or more. Every process is killed in teardown.
 """
@@ -27,8 +27,7 @@ from apache_iggy import (
     SendMessage,
 )
 
-from broker.runtime.client import WireClient
-from broker.runtime.cluster import (
+from broker.cli.cluster import (
     ClusterLayout,
     start_cluster,
     start_node_process,
@@ -39,6 +38,7 @@ from sdk import wire
 from sdk.wire import CommandCode, IggyErrorCode
 from tests.runtime.processes import ROOT_PASSWORD, free_port
 from tests.runtime.test_interop_node import run
+from tests.wire_client import WireClient
 
 TICK_MS = 5
 TRANSIENT = (IggyErrorCode.TRANSIENT_NOT_ACCEPTED, IggyErrorCode.TRANSIENT_NOT_COMMITTED)

@@ -17,7 +17,6 @@ import pytest
 import trio
 import trio.testing
 
-from broker.runtime.client import WireClient
 from broker.runtime.config import load_config
 from broker.runtime.connection import Connection
 from broker.runtime.node import ConnectionContext, Response
@@ -33,6 +32,7 @@ from sdk.wire import (
     build_request_frame,
 )
 from tests.runtime.processes import ROOT_PASSWORD, NodeProcess, start_node
+from tests.wire_client import WireClient
 
 FRAME_MAX = 64 * 1024
 CONNECTIONS_MAX = 6

@@ -24,7 +24,6 @@ from broker.core.admission import (
     IncomingFrameBytes,
     UnauthenticatedConnections,
 )
-from broker.runtime.client import WireClient
 from broker.runtime.config import ConfigError, load_config
 from broker.runtime.connection import Connection, connection_guard
 from broker.runtime.node import ConnectionContext, Response
@@ -44,6 +43,7 @@ from sdk.wire import (
     build_request_frame,
 )
 from tests.runtime.processes import ROOT_PASSWORD, NodeProcess, start_node
+from tests.wire_client import WireClient
 
 CLIENT = 0x5EED
 

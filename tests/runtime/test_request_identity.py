@@ -12,10 +12,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from broker.runtime.client import WireClient
 from sdk import wire
 from sdk.wire import CommandCode, IggyErrorCode
 from tests.runtime.processes import ROOT_PASSWORD, NodeProcess
+from tests.wire_client import WireClient
 
 LOG_WAIT_S = 5.0
 CONSUMER = wire.Consumer(wire.ConsumerKind.CONSUMER, wire.Identifier(7))

@@ -30,11 +30,11 @@ from apache_iggy import (
     UserStatus,
 )
 
-from broker.runtime.client import WireClient
 from sdk import wire
 from sdk.wire import CommandCode, IggyErrorCode
 from tests.runtime.processes import ROOT_PASSWORD, NodeProcess, start_node
 from tests.runtime.test_interop_node import run
+from tests.wire_client import WireClient
 
 UNAUTHORIZED = int(IggyErrorCode.UNAUTHORIZED)
 NOBODY_PASSWORD = "nobody-Pa55-7731"

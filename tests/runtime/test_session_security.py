@@ -8,10 +8,10 @@ is served only on a connection that logged in to it. The runtime stats (code 900
 
 from __future__ import annotations
 
-from broker.runtime.client import WireClient
 from sdk import wire
 from sdk.wire import CommandCode, EvictionReason, IggyErrorCode
 from tests.runtime.processes import ROOT_PASSWORD, NodeProcess
+from tests.wire_client import WireClient
 
 RUNTIME_STATS_CODE = 9000
 NOBODY_PASSWORD = "nobody-Pa55-0421"

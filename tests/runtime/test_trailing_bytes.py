@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import struct
 
-from broker.runtime.client import WireClient
 from sdk import wire
 from sdk.wire import Command, CommandCode, IggyErrorCode
 from tests.runtime.processes import ROOT_PASSWORD, NodeProcess
+from tests.wire_client import WireClient
 
 
 def _client(node: NodeProcess) -> WireClient:

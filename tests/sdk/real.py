@@ -1,7 +1,7 @@
 """Real viewstream processes for the SDK tests: one node, a 3-node cluster, kill -9, restart.
 
 The node is ``tests.runtime.processes.start_node`` (``viewstream serve`` on port 0 in a
-temporary directory); the cluster is ``broker.runtime.cluster`` (what ``viewstream
+temporary directory); the cluster is ``broker.cli.cluster`` (what ``viewstream
 cluster up`` runs) with a 5 ms tick, so a view change after a kill takes a second or two.
 Every process binds 127.0.0.1, every wait is bounded, and whoever starts a process kills
 it by its pid in teardown.
@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from broker.runtime.client import WireClient
-from broker.runtime.cluster import (
+from broker.cli.cluster import (
     ClusterLayout,
     start_cluster,
     start_node_process,
@@ -32,6 +31,7 @@ from broker.runtime.cluster import (
 from broker.runtime.node import RUNTIME_STATS_CODE
 from sdk import wire
 from tests.runtime.processes import ROOT_PASSWORD, free_port
+from tests.wire_client import WireClient
 
 TICK_MS: Final = 5
 """Consensus tick of the test clusters (the default 10 ms makes view changes slower)."""

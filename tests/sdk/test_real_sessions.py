@@ -3,7 +3,7 @@ several connections (one per node it talks to: each logs in under the same clien
 never served on a connection that did not log in, and a new session after the node ended
 the old one.
 
-These are raw-frame tests (``broker.runtime.client.WireClient``) so each names exactly
+These are raw-frame tests (``tests.wire_client.WireClient``) so each names exactly
 what the node does; the SDK's behaviour around them is in ``test_core`` and
 ``test_real_exactly_once``.
 """
@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from broker.runtime.client import WireClient
 from sdk import wire
 from sdk.wire import CommandCode
 from tests.runtime.processes import ROOT_PASSWORD, NodeProcess
+from tests.wire_client import WireClient
 
 SESSION_END_WAIT_S = 3.0
 

@@ -81,10 +81,13 @@ PLANTED_IMPORTS = [
     ("journal/_planted.py", "import consensus\n"),
     ("broker/state/_planted.py", "import trio\n"),
     ("broker/runtime/_planted.py", "import sim\n"),
+    ("broker/runtime/_planted.py", "import broker.cli\n"),
+    ("broker/core/_planted.py", "import sdk.blocking\n"),
     ("sdk/_planted.py", "import broker\n"),
     ("sdk/_planted.py", "import cbor2\n"),
     ("sdk/_protocol.py", "import trio\n"),
     ("sdk/errors.py", "import socket\n"),
+    ("sdk/producer.py", "import sdk.blocking\n"),
     ("sim/_planted.py", "import trio\n"),
     ("sim/_planted.py", "import broker.runtime\n"),
 ]

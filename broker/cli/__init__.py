@@ -1,4 +1,10 @@
-"""The ``viewstream`` command line."""
+"""The ``viewstream`` command line.
+
+Purpose: ``viewstream serve`` runs a node (``broker.runtime``); everything else is a
+client-side tool that lives beside this module: ``cluster`` (a local cluster of node
+processes, :mod:`broker.cli.cluster`) and the admin commands on the SDK's blocking client
+(:mod:`broker.cli.admin`). The server's runtime never imports this package.
+"""
 
 from __future__ import annotations
 
@@ -134,8 +140,8 @@ def cluster_up(
     The root password comes from VIEWSTREAM_ROOT_PASSWORD; otherwise one is generated on
     the first start and printed once.
     """
-    from broker.runtime.cluster import ClusterLayout
-    from broker.runtime.cluster import cluster_up as run_up
+    from broker.cli.cluster import ClusterLayout
+    from broker.cli.cluster import cluster_up as run_up
 
     if nodes not in (1, 3, 5):
         typer.echo("a cluster has 1, 3 or 5 nodes", err=True)
@@ -151,7 +157,7 @@ def cluster_down(
     ] = _CLUSTER_DIR,
 ) -> None:
     """Stop the local cluster started from FOLDER (a graceful SIGTERM to each node)."""
-    from broker.runtime.cluster import cluster_down as run_down
+    from broker.cli.cluster import cluster_down as run_down
 
     raise typer.Exit(run_down(folder))
 
@@ -176,7 +182,7 @@ PasswordOption = Annotated[
 
 
 def _target(address: str, username: str, password: str | None) -> object:
-    from broker.runtime.admin import Target
+    from broker.cli.admin import Target
 
     if password is None:
         password = typer.prompt(f"password for {username}", hide_input=True)
@@ -185,18 +191,16 @@ def _target(address: str, username: str, password: str | None) -> object:
 
 def _run_admin(action: str, function: object, *args: object, **kwargs: object) -> None:
     """Run one admin call; print its text, or the server's refusal, and exit non-zero."""
-    from sdk.wire import ProtocolError, ServerRejected, SessionEvicted
+    from broker.cli.admin import failure_text
+    from sdk.errors import IggyError
 
     assert callable(function)
     try:
         typer.echo(function(*args, **kwargs))
-    except ServerRejected as rejected:
-        typer.echo(f"{action}: the server refused: {rejected}", err=True)
+    except IggyError as error:
+        typer.echo(f"{action}: {failure_text(error)}", err=True)
         raise typer.Exit(1) from None
-    except SessionEvicted as evicted:
-        typer.echo(f"{action}: {evicted}", err=True)
-        raise typer.Exit(1) from None
-    except (OSError, ProtocolError) as error:
+    except OSError as error:
         typer.echo(f"{action}: {error}", err=True)
         raise typer.Exit(1) from None
 
@@ -217,7 +221,7 @@ def stream_create(
     password: PasswordOption = None,
 ) -> None:
     """Create stream NAME."""
-    from broker.runtime import admin
+    from broker.cli import admin
 
     _run_admin("stream create", admin.stream_create, _target(address, username, password), name)
 
@@ -229,7 +233,7 @@ def stream_list(
     password: PasswordOption = None,
 ) -> None:
     """List the streams."""
-    from broker.runtime import admin
+    from broker.cli import admin
 
     _run_admin("stream list", admin.stream_list, _target(address, username, password))
 
@@ -242,7 +246,7 @@ def stream_delete(
     password: PasswordOption = None,
 ) -> None:
     """Delete STREAM (a name or a numeric id) with its topics and messages."""
-    from broker.runtime import admin
+    from broker.cli import admin
 
     _run_admin("stream delete", admin.stream_delete, _target(address, username, password), stream)
 
@@ -260,7 +264,7 @@ def topic_create(
     password: PasswordOption = None,
 ) -> None:
     """Create topic NAME in STREAM."""
-    from broker.runtime import admin
+    from broker.cli import admin
 
     _run_admin(
         "topic create",
@@ -281,7 +285,7 @@ def topic_list(
     password: PasswordOption = None,
 ) -> None:
     """List the topics of STREAM."""
-    from broker.runtime import admin
+    from broker.cli import admin
 
     _run_admin("topic list", admin.topic_list, _target(address, username, password), stream)
 
@@ -295,7 +299,7 @@ def topic_delete(
     password: PasswordOption = None,
 ) -> None:
     """Delete TOPIC of STREAM with its messages."""
-    from broker.runtime import admin
+    from broker.cli import admin
 
     _run_admin(
         "topic delete", admin.topic_delete, _target(address, username, password), stream, topic
@@ -318,7 +322,7 @@ def send(
     password: PasswordOption = None,
 ) -> None:
     """Send MESSAGES (one batch) to TOPIC of STREAM; balanced over partitions by default."""
-    from broker.runtime import admin
+    from broker.cli import admin
 
     _run_admin(
         "send",
@@ -349,7 +353,7 @@ def poll(
     password: PasswordOption = None,
 ) -> None:
     """Read messages of TOPIC of STREAM (from the first one unless told otherwise)."""
-    from broker.runtime import admin
+    from broker.cli import admin
     from sdk import wire
 
     if offset is not None:
@@ -381,7 +385,7 @@ def cluster_status(
     password: PasswordOption = None,
 ) -> None:
     """Show the nodes, which one leads the metadata plane, and which answer."""
-    from broker.runtime import admin
+    from broker.cli import admin
 
     _run_admin("cluster status", admin.cluster_status, _target(address, username, password))
 
@@ -394,6 +398,6 @@ def stats(
     password: PasswordOption = None,
 ) -> None:
     """Server statistics (GET_STATS) and the per-group consensus counters."""
-    from broker.runtime import admin
+    from broker.cli import admin
 
     _run_admin("stats", admin.stats, _target(address, username, password), as_json=as_json)

@@ -1,9 +1,10 @@
-"""A small blocking Iggy client on ``sdk.wire``: for the admin CLI, tests and benchmarks.
+"""A raw-frame Iggy client on ``sdk.wire``, for tests that must name exact frames.
 
-Purpose: speak the Iggy 0.9 protocol to a node with the standard library's sockets, one
-request at a time (lock-step, as Iggy's SDKs do). It is not the project's SDK (``sdk/``);
-it has no reconnects or leader discovery, on purpose: admin commands report what the node
-they were pointed at says.
+Purpose: speak the Iggy 0.9 protocol to one node with the standard library's sockets, one
+request at a time, with the request number, session and client id in the test's hands
+(forged numbers, replays, frames sent on a chosen connection). It is not the SDK
+(``sdk.Client``): no reconnects, retries or leader discovery, on purpose, so each test
+observes exactly what the node it was pointed at answers.
 
 Invariants: every socket operation has a timeout; a reply is matched to its request by
 request number; server refusals raise :class:`sdk.wire.ServerRejected`, evictions
