@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 
 from bench.chaos.nodes import ChaosCluster
-from broker.runtime.client import WireClient
 from broker.state.metadata import SESSIONS_MAX, SESSIONS_PER_USER_MAX
 from sdk import wire
 from sdk.wire import CommandCode
 from tests.runtime.processes import CLUSTER_SECRET, ROOT_PASSWORD, start_node
 from tests.runtime.test_cluster_replies import login
+from tests.wire_client import WireClient
 
 LOGINS = SESSIONS_MAX + 8  # 8,200
 FLOODERS = 4  # connections logging in at once (they share one address, so one check at a time)
