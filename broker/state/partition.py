@@ -64,7 +64,10 @@ Theory of operation:
   the groups of a topic alone. A deleted user's offsets stay, still charged to its id:
   user ids are never reused, so they count against nobody who can store, only against the
   partition's total. The charge per user is derived state (rebuilt from the owners on
-  restore); the snapshot holds each offset's user.
+  restore); the snapshot holds each offset's user. Apply decides; the primary also refuses
+  at prepare a store that committed state refuses when nothing in flight could change
+  that (no delete, purge or store of the same consumer), so a user at its quota storing
+  made-up consumers fills no log.
 """
 
 from __future__ import annotations
@@ -426,6 +429,11 @@ class PartitionState:
                 assert 0 <= user_id <= U32_MAX, "the node names a user it checked"
                 if not 0 <= offset < before.next_offset or offset < self._visible_from:
                     raise StateError(ErrorCode.INVALID_OFFSET, f"offset {offset}")
+                refusal = self._store_refusal(consumer, user_id)
+                if refusal is not None and not self._in_flight_may_admit(op, consumer):
+                    # Refused before it enters the log: a user at its quota storing made-up
+                    # consumers costs no journal space and no replication.
+                    raise StateError(refusal, f"user {user_id}")
                 body = _encode_control(before, request)
             case DeleteConsumerOffset(consumer):
                 _check_consumer(consumer)
@@ -506,13 +514,11 @@ class PartitionState:
                     # Moving an offset charges nobody new: it always succeeds.
                     self._offsets[consumer] = StoredOffset(offset, stored.user_id)
                     return Applied()
-                charged = self._charged.get(user_id, 0)
-                if charged >= CONSUMER_OFFSETS_PER_USER_MAX:
-                    return Refused(ErrorCode.TOO_MANY_CONSUMER_OFFSETS)
-                if len(self._offsets) >= CONSUMER_OFFSETS_MAX:
-                    return Refused(ErrorCode.TOO_MANY_CONSUMER_OFFSETS)
+                refusal = self._store_refusal(consumer, user_id)
+                if refusal is not None:
+                    return Refused(refusal)
                 self._offsets[consumer] = StoredOffset(offset, user_id)
-                self._charged[user_id] = charged + 1
+                self._charged[user_id] = self._charged.get(user_id, 0) + 1
             case DeleteConsumerOffset(consumer):
                 removed = self._offsets.pop(consumer, None)
                 if removed is None:
@@ -528,6 +534,34 @@ class PartitionState:
             case SendMessages():
                 raise AssertionError("batches are handled above")
         return Applied()
+
+    def _store_refusal(self, consumer: ConsumerKey, user_id: int) -> ErrorCode | None:
+        """Why committed state refuses a store for ``consumer`` charged to ``user_id``:
+        a new offset beyond the user's quota or the partition's table (never a move)."""
+        if consumer in self._offsets:
+            return None
+        if self._charged.get(user_id, 0) >= CONSUMER_OFFSETS_PER_USER_MAX:
+            return ErrorCode.TOO_MANY_CONSUMER_OFFSETS
+        if len(self._offsets) >= CONSUMER_OFFSETS_MAX:
+            return ErrorCode.TOO_MANY_CONSUMER_OFFSETS
+        return None
+
+    def _in_flight_may_admit(self, op: int, consumer: ConsumerKey) -> bool:
+        """Whether an op prepared but not committed before ``op`` could make a store for
+        ``consumer`` that committed state refuses succeed: a delete or a purge frees
+        charges, a store of the same consumer makes it a move. Otherwise charges only
+        grow until ``op`` applies, so refusing it at prepare is what apply would do. At
+        most a pipeline of ops is read back."""
+        for pending in range(self._commit_op + 1, op):
+            operation, body = self._log.read(pending)
+            if operation in (Operation.DELETE_CONSUMER_OFFSET, Operation.TRUNCATE_PARTITION):
+                return True
+            if operation == Operation.STORE_CONSUMER_OFFSET:
+                _, request = _decode_control(operation, body)
+                assert isinstance(request, StoreConsumerOffset)
+                if request.consumer == consumer:
+                    return True
+        return False
 
     def _uncharge(self, user_id: int) -> None:
         left = self._charged[user_id] - 1

@@ -14,6 +14,7 @@ from broker.state.partition import (
     ConsumerKind,
     DeleteConsumerOffset,
     Frontier,
+    PartitionResult,
     PartitionState,
     PollingKind,
     PollResult,
@@ -324,8 +325,31 @@ def test_consumer_offsets_are_bounded_per_partition(monkeypatch: pytest.MonkeyPa
     g = _filled()
     g.submit(StoreConsumerOffset(ALICE, 1, READER))
     assert g.submit(StoreConsumerOffset(ALICE, 2, READER)) == Applied()
-    too_many = Refused(ErrorCode.TOO_MANY_CONSUMER_OFFSETS)
-    assert g.submit(StoreConsumerOffset(GROUP, 2, OTHER)) == too_many
+    too_many = ErrorCode.TOO_MANY_CONSUMER_OFFSETS
+    assert _prepare_refusal(g, StoreConsumerOffset(GROUP, 2, OTHER)) == too_many
+    # Prepared in flight (nothing committed refused them yet), apply refuses the second.
+    h = _filled()
+    h.prepare(StoreConsumerOffset(ALICE, 1, READER))
+    h.prepare(StoreConsumerOffset(GROUP, 2, OTHER))
+    assert h.commit()[0][-2:] == [Applied(), Refused(too_many)]
+
+
+def _prepare_refusal(g: Group, request: StoreConsumerOffset) -> ErrorCode | None:
+    try:
+        g.prepare(request)
+    except StateError as error:
+        return error.code
+    return None
+
+
+def _store(g: Group, request: StoreConsumerOffset) -> PartitionResult:
+    """What the client is answered: a refusal at prepare, else the committed result."""
+    code = _prepare_refusal(g, request)
+    if code is not None:
+        return Refused(code)
+    results = g.commit()
+    assert all(r == results[0] for r in results), results
+    return results[0][-1]
 
 
 def _made_up(count: int, first: int = 1_000) -> list[ConsumerKey]:
@@ -346,24 +370,49 @@ def test_a_user_at_its_quota_is_refused_a_new_consumer_and_others_are_not() -> N
     state = g.primary.state
     assert state.offsets_charged(READER) == partition.CONSUMER_OFFSETS_PER_USER_MAX
     too_many = Refused(ErrorCode.TOO_MANY_CONSUMER_OFFSETS)
-    assert g.submit(StoreConsumerOffset(ALICE, 1, READER)) == too_many
-    assert g.submit(StoreConsumerOffset(GROUP, 1, READER)) == too_many
+    assert _store(g, StoreConsumerOffset(ALICE, 1, READER)) == too_many
+    assert _store(g, StoreConsumerOffset(GROUP, 1, READER)) == too_many
     assert state.consumer_offset(ALICE) is None
     # Another user's new consumer and its later moves are unaffected.
-    assert g.submit(StoreConsumerOffset(ALICE, 1, OTHER)) == Applied()
-    assert g.submit(StoreConsumerOffset(ALICE, 4, OTHER)) == Applied()
+    assert _store(g, StoreConsumerOffset(ALICE, 1, OTHER)) == Applied()
+    assert _store(g, StoreConsumerOffset(ALICE, 4, OTHER)) == Applied()
     assert (state.consumer_offset(ALICE), state.offsets_charged(OTHER)) == (4, 1)
     # The user at its quota still moves the offsets it has.
-    assert g.submit(StoreConsumerOffset(keys[-1], 5, READER)) == Applied()
+    assert _store(g, StoreConsumerOffset(keys[-1], 5, READER)) == Applied()
     assert state.consumer_offset(keys[-1]) == 5
+
+
+def test_a_store_committed_state_refuses_is_refused_at_prepare_and_not_logged() -> None:
+    g = _filled()
+    _fill_quota(g, READER)
+    head = g.primary.head_op
+    code = _prepare_refusal(g, StoreConsumerOffset(ALICE, 1, READER))
+    assert code == ErrorCode.TOO_MANY_CONSUMER_OFFSETS
+    assert g.primary.head_op == head
+    # A move of an existing offset and another user's store are prepared as usual.
+    assert _prepare_refusal(g, StoreConsumerOffset(_made_up(1)[0], 2, READER)) is None
+    assert _prepare_refusal(g, StoreConsumerOffset(GROUP, 2, OTHER)) is None
+
+
+def test_a_store_is_prepared_when_an_op_in_flight_may_make_room_for_it() -> None:
+    g = _filled()
+    keys = _fill_quota(g, READER)
+    g.prepare(DeleteConsumerOffset(keys[0]))  # not committed yet
+    assert _prepare_refusal(g, StoreConsumerOffset(ALICE, 1, READER)) is None
+    assert g.commit()[0] == [Applied(), Applied()]
+    # The same consumer stored in flight by another user makes the store a move.
+    g.prepare(StoreConsumerOffset(GROUP, 1, OTHER))
+    assert _prepare_refusal(g, StoreConsumerOffset(GROUP, 2, READER)) is None
+    assert g.commit()[0] == [Applied(), Applied()]
+    assert g.primary.state.stored_offsets()[-1] == (GROUP, partition.StoredOffset(2, OTHER))
 
 
 def test_moving_anothers_offset_charges_its_creator_and_always_succeeds() -> None:
     g = _filled()
     _fill_quota(g, READER)
-    assert g.submit(StoreConsumerOffset(ALICE, 1, OTHER)) == Applied()
+    assert _store(g, StoreConsumerOffset(ALICE, 1, OTHER)) == Applied()
     # READER is at its quota, yet moves the offset OTHER created: it is charged to OTHER.
-    assert g.submit(StoreConsumerOffset(ALICE, 3, READER)) == Applied()
+    assert _store(g, StoreConsumerOffset(ALICE, 3, READER)) == Applied()
     state = g.primary.state
     assert state.consumer_offset(ALICE) == 3
     assert state.offsets_charged(OTHER) == 1
@@ -376,13 +425,13 @@ def test_deleting_an_offset_frees_its_creators_charge_whoever_deletes() -> None:
     state = g.primary.state
     assert g.submit(DeleteConsumerOffset(keys[0])) == Applied()
     assert state.offsets_charged(READER) == partition.CONSUMER_OFFSETS_PER_USER_MAX - 1
-    assert g.submit(StoreConsumerOffset(ALICE, 1, READER)) == Applied()
-    assert g.submit(StoreConsumerOffset(GROUP, 1, READER)) == Refused(
+    assert _store(g, StoreConsumerOffset(ALICE, 1, READER)) == Applied()
+    assert _store(g, StoreConsumerOffset(GROUP, 1, READER)) == Refused(
         ErrorCode.TOO_MANY_CONSUMER_OFFSETS
     )
     # A delete is not charged to whoever sends it: it frees the creator's charge.
     assert g.submit(DeleteConsumerOffset(ALICE)) == Applied()
-    assert g.submit(StoreConsumerOffset(GROUP, 1, READER)) == Applied()
+    assert _store(g, StoreConsumerOffset(GROUP, 1, READER)) == Applied()
     assert state.offsets_charged(READER) == partition.CONSUMER_OFFSETS_PER_USER_MAX
 
 
@@ -459,13 +508,13 @@ def test_snapshot_keeps_whom_each_offset_is_charged_to() -> None:
     assert restored.offsets_charged(READER) == partition.CONSUMER_OFFSETS_PER_USER_MAX
     assert restored.offsets_charged(OTHER) == 2
     # The restored replica refuses and frees exactly as the original does.
-    for request in (
-        StoreConsumerOffset(ConsumerKey(ConsumerKind.CONSUMER, "new"), 1, READER),
-        DeleteConsumerOffset(keys[0]),
-        StoreConsumerOffset(ConsumerKey(ConsumerKind.CONSUMER, "new"), 1, READER),
-    ):
+    new = ConsumerKey(ConsumerKind.CONSUMER, "new")
+    with pytest.raises(StateError):
+        restored.prepare(state.commit_op + 1, StoreConsumerOffset(new, 1, READER), 9)
+    for request in (DeleteConsumerOffset(keys[0]), StoreConsumerOffset(new, 1, READER)):
         op = state.commit_op + 1
         body = state.prepare(op, request, 9)
+        assert restored.prepare(op, request, 9) == body
         operation = partition.operation_of(request)
         assert restored.apply(op, operation, body) == state.apply(op, operation, body)
     assert restored.snapshot() == state.snapshot()
