@@ -6,11 +6,16 @@ as the partition's whole offset table holds), pipelined over a few connections. 
 TooManyConsumerOffsets, and afterwards another user's offset store and the official SDK's
 auto-commit polls on that partition still work. The same user's poll auto-commits are
 charged to it too, so they are no way around its quota.
+
+In a 3-node cluster, stores sent to a backup of the partition are forwarded to its
+primary with the user they are charged to: a user past its quota there is refused at the
+primary too, and another user's store through the same backup is not.
 """
 
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -20,12 +25,14 @@ from typing import Any
 import pytest
 from apache_iggy import Consumer, IggyClient, PollingStrategy
 
+from bench.chaos.nodes import ChaosCluster
 from broker.runtime.client import WireClient
 from broker.state.errors import ErrorCode
 from broker.state.partition import CONSUMER_OFFSETS_MAX, CONSUMER_OFFSETS_PER_USER_MAX
 from sdk import wire
-from sdk.wire import CommandCode
-from tests.runtime.processes import ROOT_PASSWORD, NodeProcess, start_node
+from sdk.wire import CommandCode, IggyErrorCode
+from tests.runtime.processes import CLUSTER_SECRET, ROOT_PASSWORD, NodeProcess, start_node
+from tests.runtime.test_cluster_replies import primary_of
 from tests.runtime.test_interop_node import run
 
 STREAM = "quota"
@@ -37,6 +44,9 @@ MADE_UP_IDS = CONSUMER_OFFSETS_MAX
 CONNECTIONS = 16
 WINDOW = 64  # requests each connection has on the wire before it reads their replies
 AUTO_COMMIT_WAIT_S = 5.0
+CLUSTER_TICK_MS = 5
+CLUSTER_LOGIN_TIMEOUT_S = 20.0
+CLUSTER_CONNECTIONS = 4
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +130,28 @@ def login(node: NodeProcess, username: str, password: str) -> WireClient:
     client = WireClient(node.address, timeout_s=30.0)
     client.login(username, password)
     return client
+
+
+def login_at(address: str, username: str, password: str) -> WireClient:
+    """A logged-in connection to a cluster node (retried, bounded, while the node says 58:
+    a new cluster's root user, or a new user, not committed or applied there yet)."""
+    body = wire.LoginRegister(username, password).encode()
+    deadline = time.monotonic() + CLUSTER_LOGIN_TIMEOUT_S
+    while True:
+        client = WireClient(address, timeout_s=30.0)
+        frame = client.call_raw(int(CommandCode.LOGIN_REGISTER), body)
+        if frame.command is wire.Command.REPLY and frame.reply_header().status == 0:
+            reply = wire.read_reply(CommandCode.LOGIN_REGISTER, frame)
+            assert isinstance(reply, wire.LoginRegisterReply)
+            client.session = reply.session
+            client.request = 1
+            return client
+        client.close()
+        assert frame.command is wire.Command.REPLY, f"{username} evicted at {address}"
+        status = frame.reply_header().status
+        assert status == IggyErrorCode.TRANSIENT_NOT_ACCEPTED, status
+        assert time.monotonic() < deadline, f"no login at {address}"
+        time.sleep(0.1)
 
 
 def stored_offset(client: WireClient, consumer_id: int | str) -> int | None:
@@ -235,3 +267,57 @@ def test_made_up_consumer_ids_of_one_user_leave_other_users_offset_stores_workin
         # The second poll's auto-commit lands after its reply.
         assert wait_stored(other, "sdk-reader", 5) == 5
         assert stored_offset(other, "sneaky") is None
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ChaosCluster]:
+    with tempfile.TemporaryDirectory(prefix="viewstream-quota-") as folder:
+        running = ChaosCluster(
+            Path(folder),
+            root_password=ROOT_PASSWORD,
+            cluster_secret=CLUSTER_SECRET,
+            tick_ms=CLUSTER_TICK_MS,
+        )
+        try:
+            running.start()
+            yield running
+        finally:
+            running.close()
+
+
+def forwarded(cluster: ChaosCluster, index: int) -> int:
+    """Requests node ``index`` has forwarded to another node's primary replica."""
+    report = cluster.runtime_stats(index)
+    assert report is not None
+    return int(report["node"]["forwarded"])
+
+
+def test_stores_through_a_backup_are_charged_to_their_user_at_the_primary(
+    cluster: ChaosCluster,
+) -> None:
+    addresses = cluster.client_addresses
+    with login_at(addresses[0], "iggy", ROOT_PASSWORD) as admin:
+        setup(admin)
+        details = admin.call(CommandCode.GET_STREAM, wire.StreamRef(ident(STREAM)))
+        assert isinstance(details, wire.StreamDetails)
+    primary, _ = primary_of(cluster, f"partition {details.stream.id}/0/0")
+    backup_index = (primary + 1) % cluster.count
+    backup = addresses[backup_index]
+    made_up = CONSUMER_OFFSETS_PER_USER_MAX + 256
+    forwarded_before = forwarded(cluster, backup_index)
+    clients = [login_at(backup, "poller", POLLER_PASSWORD) for _ in range(CLUSTER_CONNECTIONS)]
+    try:
+        outcomes = store_pipelined(clients, range(1, made_up + 1))
+    finally:
+        for client in clients:
+            client.close()
+    assert outcomes == {0: CONSUMER_OFFSETS_PER_USER_MAX, TOO_MANY: 256}
+    assert forwarded(cluster, backup_index) - forwarded_before >= made_up
+    with login_at(addresses[primary], "poller", POLLER_PASSWORD) as at_primary:
+        frame = at_primary.call_raw(CommandCode.STORE_CONSUMER_OFFSET, store_body("direct", 0))
+        assert outcome(frame) == TOO_MANY
+    with login_at(backup, "other", OTHER_PASSWORD) as other:
+        assert (
+            outcome(other.call_raw(CommandCode.STORE_CONSUMER_OFFSET, store_body("mine", 4))) == 0
+        )
+        assert stored_offset(other, "mine") == 4
