@@ -184,9 +184,10 @@ class PartitionModel:
             return None
         if header.operation == Operation.STORE_CONSUMER_OFFSET:
             # A control body: canonical CBOR [head next offset, head timestamp, kind, id,
-            # offset], the head being the log position it was prepared at.
+            # offset, user], the head being the log position it was prepared at. The
+            # simulated clients store a few consumer ids each, far below the quota.
             items = cbor2.loads(prepare.body)
-            head_next_offset, offset = items[0], items[-1]
+            head_next_offset, offset = items[0], items[4]
             if head_next_offset != len(self.message_ids):
                 return f"inconsistent offsets: op {header.op} prepared at {head_next_offset}"
             expect_ok = offset < len(self.message_ids)

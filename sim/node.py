@@ -412,7 +412,8 @@ class Node:
             assert isinstance(payload, wire.StoreConsumerOffset)
             route = route_offset(state, payload, request.session)
             group = self._partition_group(route.stream_id, route.topic_id, route.partition_id)
-            body = resolved_offset_request(payload, route)
+            user_id = state.session(request.session).user_id
+            body = resolved_offset_request(payload, route, user_id)
             self._propose(tick, group, request, checksum, Operation.STORE_CONSUMER_OFFSET, body)
             return
         if code == CommandCode.POLL_MESSAGES:

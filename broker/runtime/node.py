@@ -286,7 +286,7 @@ class Node:
             METADATA_GROUP, GroupKind.METADATA, self.data_dir / "metadata", persisted=True
         )
         self.system = SystemClient(self)
-        self._autocommit: dict[int, dict[Any, tuple[PartitionRoute, int]]] = {}
+        self._autocommit: dict[int, dict[Any, tuple[PartitionRoute, int, int]]] = {}
         self._autocommit_running: set[int] = set()
         self._purging: set[int] = set()
         self._bootstrapping = False
@@ -621,9 +621,13 @@ class Node:
         finally:
             self._purging.discard(host.group_id)
 
-    def _auto_commit(self, host: GroupHost, route: PartitionRoute, offset: int) -> None:
+    def _auto_commit(
+        self, host: GroupHost, route: PartitionRoute, offset: int, user_id: int
+    ) -> None:
+        """Store ``offset`` for the consumer of ``route`` on behalf of ``user_id`` (the
+        polling user, charged for a new stored offset as for a store it made itself)."""
         pending = self._autocommit.setdefault(host.group_id, {})
-        pending[route.consumer] = (route, offset)
+        pending[route.consumer] = (route, offset, user_id)
         if host.group_id not in self._autocommit_running and self._nursery is not None:
             self._autocommit_running.add(host.group_id)
             self._nursery.start_soon(self._run_auto_commit, host)
@@ -635,10 +639,9 @@ class Node:
             pending = self._autocommit.get(host.group_id, {})
             while pending:
                 key = next(iter(pending))
-                route, offset = pending.pop(key)
-                await self.system.run_partition(
-                    host, Operation.STORE_CONSUMER_OFFSET, store_offset_body(route, offset)
-                )
+                route, offset, user_id = pending.pop(key)
+                body = store_offset_body(route, offset, user_id)
+                await self.system.run_partition(host, Operation.STORE_CONSUMER_OFFSET, body)
         finally:
             self._autocommit_running.discard(host.group_id)
 
@@ -1145,7 +1148,7 @@ class Node:
                 return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
             route = route_offset(state, payload, acting)
             host = self._partition_host(route)
-            body = resolved_offset_request(payload, route)
+            body = resolved_offset_request(payload, route, state.session(acting).user_id)
             outcome = await self._submit(host, header, checksum, int(header.operation), body)
             return self._answer(context, host, header, outcome)
         if code is CommandCode.ATTACH_CONSUMER_SESSION:
@@ -1316,6 +1319,7 @@ class Node:
                     parts = wire.poll_reply_parts(POLL_RESYNC_PARTITION, 0, ())
                     return Response(build_reply_frame_parts(header, parts))
                 raise
+            user_id = state.session(session).user_id  # an auto-commit is charged to it
             host = self._partition_host(route)
             if code is CommandCode.POLL_PRIMARY and not host.is_primary:
                 # Routed here by a stale route: the client asks for the route again.
@@ -1335,7 +1339,7 @@ class Node:
             assert partition_machine is not None and route.consumer is not None
             parts, store = partition_machine.poll(payload, route.consumer)
             if store is not None:
-                self._auto_commit(host, route, store)
+                self._auto_commit(host, route, store, user_id)
             return Response(build_reply_frame_parts(header, parts, replica=self.replica_index))
         if code is CommandCode.GET_CONSUMER_OFFSET:
             assert isinstance(payload, wire.GetConsumerOffset)

@@ -8,7 +8,8 @@ SDK decodes our rejections into its own error types unchanged.
 Invariants:
 
 1. Every code here has the numeric value Iggy gives it; a gap in Iggy's table is a retired
-   code and is never reused here.
+   code and is never reused here. The one code Iggy lacks (``TOO_MANY_CONSUMER_OFFSETS``)
+   says so where it is defined.
 2. A rejection never leaves partial effects: commands validate everything first and mutate
    only after every check has passed.
 """
@@ -56,6 +57,8 @@ class ErrorCode(IntEnum):
     PARTITION_NOT_FOUND = 3007
     NO_PARTITIONS = 3008
     CONSUMER_OFFSET_NOT_FOUND = 3021
+    # Not in Iggy 0.9's table (it bounds no offset table): ours, the next code of Iggy's
+    # consumer-offset block (3020..3023). Iggy's SDKs decode it as their generic Error.
     TOO_MANY_CONSUMER_OFFSETS = 3024
     INVALID_SEGMENT_SIZE = 4002
     INVALID_MESSAGES_COUNT = 4009

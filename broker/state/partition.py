@@ -8,7 +8,8 @@ Ops of a partition log (``sdk.wire.codes.Operation``):
 
 - ``SEND_MESSAGES``: the body is the producer's batch, stamped by the primary with
   ``partition_id``, ``base_offset``, ``base_timestamp`` and a recomputed batch checksum.
-- ``STORE_CONSUMER_OFFSET`` / ``DELETE_CONSUMER_OFFSET``: a small CBOR body.
+- ``STORE_CONSUMER_OFFSET`` / ``DELETE_CONSUMER_OFFSET``: a small CBOR body; a store names
+  the user it counts against (the node that admitted it checked that user's session).
 - ``TRUNCATE_PARTITION``: a purge ordered by the metadata group (CBOR body).
 
 Invariants:
@@ -28,6 +29,9 @@ Invariants:
 5. Determinism: prepare and apply are functions of their inputs and of the committed state;
    time arrives as ``timestamp_us``. Replies are built from the prepare alone, so every
    replica answers with the same bytes.
+6. Stored offsets are bounded twice: at most ``CONSUMER_OFFSETS_MAX`` in the partition, and
+   at most ``CONSUMER_OFFSETS_PER_USER_MAX`` counted against any one user, so no user can
+   fill the partition's table for the others.
 
 Theory of operation:
 
@@ -51,7 +55,19 @@ Theory of operation:
   after a restore and trimmed by local retention, and is not part of the snapshot.
 - **Auto-commit**: a poll never changes replicated state (that would make replicas
   diverge); it returns the offset to store and the runtime proposes a
-  ``StoreConsumerOffset`` for it.
+  ``StoreConsumerOffset`` for it, counted against the polling user.
+- **Whose offset counts against whom**: a stored offset belongs to its consumer, and any
+  user allowed to poll may move or delete it, as in Iggy. The user whose store created it
+  is charged for it until it is deleted (by anyone) or purged; moving it charges nobody, so
+  updating an offset one already has always succeeds. Consumer-group offsets are charged
+  the same way: a group can be deleted while its offsets stay, so they are not bounded by
+  the groups of a topic alone. A deleted user's offsets stay, still charged to its id:
+  user ids are never reused, so they count against nobody who can store, only against the
+  partition's total. The charge per user is derived state (rebuilt from the owners on
+  restore); the snapshot holds each offset's user. Apply decides; the primary also refuses
+  at prepare a store that committed state refuses when nothing in flight could change
+  that (no delete, purge or store of the same consumer), so a user at its quota storing
+  made-up consumers fills no log.
 """
 
 from __future__ import annotations
@@ -84,13 +100,19 @@ U64_MAX = (1 << 64) - 1
 
 CONSUMER_OFFSETS_MAX = 65_536
 """Stored offsets per partition (consumers plus consumer groups)."""
+CONSUMER_OFFSETS_PER_USER_MAX = 1_024
+"""Stored offsets per partition charged to one user. As many as the sessions a user may
+hold (``SESSIONS_PER_USER_MAX``), so a user running a consumer per session never reaches
+it, and a 64th of ``CONSUMER_OFFSETS_MAX``: only 64 users at their quota fill a partition,
+and users are made by those allowed to manage users."""
 POLL_MESSAGES_MAX = 1_000_000
 """Messages one poll may ask for."""
 POLL_BYTES_MAX = 32 * 1024 * 1024
 """A poll stops adding batches past this many bytes (it always returns at least one),
 keeping replies well under the 64 MiB frame limit."""
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+"""2: every stored offset names the user it is charged to."""
 
 PARTITION_OPERATIONS = (
     Operation.SEND_MESSAGES,
@@ -149,8 +171,12 @@ class SendMessages:
 
 @dataclass(frozen=True, slots=True)
 class StoreConsumerOffset:
+    """Store ``offset`` for ``consumer``; a new offset is charged to ``user_id``, the user
+    of the session that asked (or whose poll auto-committed)."""
+
     consumer: ConsumerKey
     offset: int
+    user_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +195,14 @@ class PurgePartition:
 PartitionRequest: TypeAlias = (
     SendMessages | StoreConsumerOffset | DeleteConsumerOffset | PurgePartition
 )
+
+
+@dataclass(frozen=True, slots=True)
+class StoredOffset:
+    """A consumer's stored offset and the user it is charged to."""
+
+    offset: int
+    user_id: int
 
 
 # -- results ------------------------------------------------------------------------------
@@ -268,8 +302,8 @@ def _batch_header(body: Buffer) -> _BatchHeaderFields:
 
 def _encode_control(head: Frontier, request: PartitionRequest) -> bytes:
     match request:
-        case StoreConsumerOffset(consumer, offset):
-            payload: list[Any] = [int(consumer.kind), consumer.id, offset]
+        case StoreConsumerOffset(consumer, offset, user_id):
+            payload: list[Any] = [int(consumer.kind), consumer.id, offset, user_id]
         case DeleteConsumerOffset(consumer):
             payload = [int(consumer.kind), consumer.id]
         case PurgePartition(generation):
@@ -287,8 +321,10 @@ def _decode_control(operation: int, body: Buffer) -> tuple[Frontier, PartitionRe
     head = Frontier(items[0], items[1])
     rest = items[2:]
     if operation == Operation.STORE_CONSUMER_OFFSET:
-        kind, consumer_id, offset = rest
-        return head, StoreConsumerOffset(ConsumerKey(ConsumerKind(kind), consumer_id), offset)
+        assert len(rest) == 4, "a store body is [next, timestamp, kind, id, offset, user]"
+        kind, consumer_id, offset, user_id = rest
+        consumer = ConsumerKey(ConsumerKind(kind), consumer_id)
+        return head, StoreConsumerOffset(consumer, offset, user_id)
     if operation == Operation.DELETE_CONSUMER_OFFSET:
         kind, consumer_id = rest
         return head, DeleteConsumerOffset(ConsumerKey(ConsumerKind(kind), consumer_id))
@@ -329,7 +365,10 @@ class PartitionState:
         self._frontier = Frontier(0, 0)
         self._visible_from = 0  # first offset a poll may return (moved by purges)
         self._purge_generation = 0
-        self._offsets: dict[ConsumerKey, int] = {}
+        self._offsets: dict[ConsumerKey, StoredOffset] = {}
+        # Derived from ``_offsets``: how many stored offsets each user is charged (users
+        # with none have no entry, so it holds at most one entry per stored offset).
+        self._charged: dict[int, int] = {}
         # Local state: the committed batches.
         self._index_ops = array("Q")
         self._index_offsets = array("Q")
@@ -385,10 +424,16 @@ class PartitionState:
         match request:
             case SendMessages(batch):
                 body = self._stamp(batch, before, timestamp_us)
-            case StoreConsumerOffset(consumer, offset):
+            case StoreConsumerOffset(consumer, offset, user_id):
                 _check_consumer(consumer)
+                assert 0 <= user_id <= U32_MAX, "the node names a user it checked"
                 if not 0 <= offset < before.next_offset or offset < self._visible_from:
                     raise StateError(ErrorCode.INVALID_OFFSET, f"offset {offset}")
+                refusal = self._store_refusal(consumer, user_id)
+                if refusal is not None and not self._in_flight_may_admit(op, consumer):
+                    # Refused before it enters the log: a user at its quota storing made-up
+                    # consumers costs no journal space and no replication.
+                    raise StateError(refusal, f"user {user_id}")
                 body = _encode_control(before, request)
             case DeleteConsumerOffset(consumer):
                 _check_consumer(consumer)
@@ -461,34 +506,90 @@ class PartitionState:
         assert head.next_offset == before.next_offset, "control body from another log"
         self._commit_op = op
         match request:
-            case StoreConsumerOffset(consumer, offset):
+            case StoreConsumerOffset(consumer, offset, user_id):
                 if not self._visible_from <= offset < before.next_offset:
                     return Refused(ErrorCode.INVALID_OFFSET)
-                if consumer not in self._offsets and len(self._offsets) >= CONSUMER_OFFSETS_MAX:
-                    return Refused(ErrorCode.TOO_MANY_CONSUMER_OFFSETS)
-                self._offsets[consumer] = offset
+                stored = self._offsets.get(consumer)
+                if stored is not None:
+                    # Moving an offset charges nobody new: it always succeeds.
+                    self._offsets[consumer] = StoredOffset(offset, stored.user_id)
+                    return Applied()
+                refusal = self._store_refusal(consumer, user_id)
+                if refusal is not None:
+                    return Refused(refusal)
+                self._offsets[consumer] = StoredOffset(offset, user_id)
+                self._charged[user_id] = self._charged.get(user_id, 0) + 1
             case DeleteConsumerOffset(consumer):
-                if self._offsets.pop(consumer, None) is None:
+                removed = self._offsets.pop(consumer, None)
+                if removed is None:
                     return Refused(ErrorCode.CONSUMER_OFFSET_NOT_FOUND)
+                self._uncharge(removed.user_id)
             case PurgePartition(generation):
                 if generation > self._purge_generation:
                     self._purge_generation = generation
                     self._visible_from = before.next_offset
                     self._offsets.clear()
+                    self._charged.clear()
                     self._forget_index_before(before.next_offset)
             case SendMessages():
                 raise AssertionError("batches are handled above")
         return Applied()
 
+    def _store_refusal(self, consumer: ConsumerKey, user_id: int) -> ErrorCode | None:
+        """Why committed state refuses a store for ``consumer`` charged to ``user_id``:
+        a new offset beyond the user's quota or the partition's table (never a move)."""
+        if consumer in self._offsets:
+            return None
+        if self._charged.get(user_id, 0) >= CONSUMER_OFFSETS_PER_USER_MAX:
+            return ErrorCode.TOO_MANY_CONSUMER_OFFSETS
+        if len(self._offsets) >= CONSUMER_OFFSETS_MAX:
+            return ErrorCode.TOO_MANY_CONSUMER_OFFSETS
+        return None
+
+    def _in_flight_may_admit(self, op: int, consumer: ConsumerKey) -> bool:
+        """Whether an op prepared but not committed before ``op`` could make a store for
+        ``consumer`` that committed state refuses succeed: a delete or a purge frees
+        charges, a store of the same consumer makes it a move. Otherwise charges only
+        grow until ``op`` applies, so refusing it at prepare is what apply would do. At
+        most a pipeline of ops is read back."""
+        for pending in range(self._commit_op + 1, op):
+            operation, body = self._log.read(pending)
+            if operation in (Operation.DELETE_CONSUMER_OFFSET, Operation.TRUNCATE_PARTITION):
+                return True
+            if operation == Operation.STORE_CONSUMER_OFFSET:
+                _, request = _decode_control(operation, body)
+                assert isinstance(request, StoreConsumerOffset)
+                if request.consumer == consumer:
+                    return True
+        return False
+
+    def _uncharge(self, user_id: int) -> None:
+        left = self._charged[user_id] - 1
+        assert left >= 0
+        if left:
+            self._charged[user_id] = left
+        else:
+            del self._charged[user_id]
+
     # -- reads (committed state only) -----------------------------------------------------
 
     def consumer_offset(self, consumer: ConsumerKey) -> int | None:
         """The stored offset of ``consumer``, or ``None`` if it has none."""
-        return self._offsets.get(consumer)
+        stored = self._offsets.get(consumer)
+        return None if stored is None else stored.offset
 
     def consumer_offsets(self) -> tuple[tuple[ConsumerKey, int], ...]:
+        """Every stored offset, in consumer order."""
+        return tuple((key, stored.offset) for key, stored in self.stored_offsets())
+
+    def stored_offsets(self) -> tuple[tuple[ConsumerKey, StoredOffset], ...]:
+        """Every stored offset with the user it is charged to, in consumer order."""
         keys = sorted(self._offsets, key=ConsumerKey.sort_key)
         return tuple((key, self._offsets[key]) for key in keys)
+
+    def offsets_charged(self, user_id: int) -> int:
+        """How many stored offsets are charged to ``user_id``."""
+        return self._charged.get(user_id, 0)
 
     def poll(
         self,
@@ -527,7 +628,7 @@ class PartitionState:
                 start = end - count
             case PollingKind.NEXT:
                 stored = self._offsets.get(consumer)
-                start = first if stored is None else stored + 1
+                start = first if stored is None else stored.offset + 1
             case _:
                 raise StateError(ErrorCode.INVALID_COMMAND, f"polling kind {kind}")
         # Below the retained range the poll skips forward to the earliest message, as
@@ -609,7 +710,10 @@ class PartitionState:
                 "timestamp_us": self._frontier.timestamp_us,
                 "visible_from": self._visible_from,
                 "purge_generation": self._purge_generation,
-                "offsets": [[int(k.kind), k.id, o] for k, o in self.consumer_offsets()],
+                "offsets": [
+                    [int(k.kind), k.id, stored.offset, stored.user_id]
+                    for k, stored in self.stored_offsets()
+                ],
             },
             canonical=True,
         )
@@ -625,24 +729,29 @@ class PartitionState:
         try:
             plain = cbor2.loads(data)
             if plain["version"] != SNAPSHOT_VERSION:
-                raise ValueError(f"snapshot version {plain['version']}")
+                # Version 1 did not name the user each offset is charged to.
+                raise ValueError(f"snapshot version {plain['version']!r}, not {SNAPSHOT_VERSION}")
             stream_id, topic_id, partition_id = (_u64(i) for i in plain["ids"])
             state = cls(stream_id, topic_id, partition_id, log)
             state._commit_op = _u64(plain["commit_op"])
             state._frontier = Frontier(_u64(plain["next_offset"]), _u64(plain["timestamp_us"]))
             state._visible_from = _u64(plain["visible_from"])
             state._purge_generation = _u64(plain["purge_generation"])
-            for kind, consumer_id, offset in plain["offsets"]:
+            for kind, consumer_id, offset, user_id in plain["offsets"]:
                 if not isinstance(consumer_id, int | str) or isinstance(consumer_id, bool):
                     raise TypeError("consumer id")
                 key = ConsumerKey(ConsumerKind(kind), consumer_id)
                 if key in state._offsets:
                     raise ValueError("duplicate consumer offset")
-                state._offsets[key] = _u64(offset)
+                user = _u64(user_id)
+                if user > U32_MAX:
+                    raise ValueError(f"user id {user}")
+                state._offsets[key] = StoredOffset(_u64(offset), user)
+                state._charged[user] = state._charged.get(user, 0) + 1
         except (cbor2.CBORDecodeError, KeyError, TypeError, ValueError) as error:
             raise SnapshotError(f"unreadable partition snapshot: {error}") from error
         if state._visible_from > state._frontier.next_offset or any(
-            offset >= state._frontier.next_offset for offset in state._offsets.values()
+            stored.offset >= state._frontier.next_offset for stored in state._offsets.values()
         ):
             raise SnapshotError("inconsistent partition snapshot")
         return state

@@ -27,10 +27,15 @@ Invariants:
    a clear password never enters the log.
 3. A partition prepare body is built only by :meth:`PartitionMachine.prepare`; the body a
    client sent (its wire payload) is never journaled as is.
+4. A store of a consumer offset names the user it is charged to in the request body the
+   admitting node builds (:func:`resolved_offset_request`, :func:`store_offset_body`), from
+   the session it checked: a backup forwards that body unchanged, and the primary's
+   partition machine never looks a session up in metadata it may not have applied yet.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
@@ -898,8 +903,9 @@ class PartitionMachine:
     """One partition group's ``StateMachine``, plus the primary-side ``prepare`` hook.
 
     Client request bodies (what ``prepare`` receives) are Iggy wire payloads of
-    SEND_MESSAGES, STORE_CONSUMER_OFFSET and DELETE_CONSUMER_OFFSET, routed here by the
-    runtime; consumer groups in them must already name the group by numeric id (see
+    SEND_MESSAGES and DELETE_CONSUMER_OFFSET, routed here by the runtime, and of
+    STORE_CONSUMER_OFFSET behind the user id it is charged to (:data:`STORE_USER`);
+    consumer groups in them must already name the group by numeric id (see
     :func:`resolved_offset_request`). ``TRUNCATE_PARTITION`` carries :func:`purge_body`.
     """
 
@@ -1017,8 +1023,12 @@ def partition_request(operation: int, body: bytes) -> PartitionRequest:
                 raise StateError(ErrorCode.INVALID_MESSAGES_COUNT)
             return SendMessages(send.batch)
         if operation == Operation.STORE_CONSUMER_OFFSET:
-            store = wire.StoreConsumerOffset.decode(body)
-            return StoreConsumerOffset(_consumer_key(store.consumer), store.offset)
+            # Built by a node (ours, or a peer's over the authenticated bus), never a
+            # client's bytes: a body without its user is a bug.
+            assert len(body) >= STORE_USER.size, "a store request names its user"
+            (user_id,) = STORE_USER.unpack_from(body, 0)
+            store = wire.StoreConsumerOffset.decode(body[STORE_USER.size :])
+            return StoreConsumerOffset(_consumer_key(store.consumer), store.offset, user_id)
         if operation == Operation.DELETE_CONSUMER_OFFSET:
             delete = wire.DeleteConsumerOffset.decode(body)
             return DeleteConsumerOffset(_consumer_key(delete.consumer))
@@ -1036,24 +1046,38 @@ def purge_body(generation: int) -> bytes:
     return cbor2.dumps(generation)
 
 
+STORE_USER: Final = struct.Struct(
+    "<I"  # the user id a new stored offset is charged to
+)
+"""What a STORE_CONSUMER_OFFSET request body for :class:`PartitionMachine` starts with;
+the Iggy wire payload follows."""
+assert STORE_USER.size == 4
+
+
 def resolved_offset_request(
-    request: wire.StoreConsumerOffset | wire.DeleteConsumerOffset, route: PartitionRoute
+    request: wire.StoreConsumerOffset | wire.DeleteConsumerOffset,
+    route: PartitionRoute,
+    user_id: int,
 ) -> bytes:
     """The request body with its consumer group named by numeric id and its partition
-    explicit, as :class:`PartitionMachine` takes it."""
+    explicit, as :class:`PartitionMachine` takes it; a store is charged to ``user_id``
+    (the user of the session it acts for), a delete frees whoever's charge it was."""
     assert route.consumer is not None
     consumer = wire.Consumer(
         wire.ConsumerKind(int(route.consumer.kind)), wire.Identifier(route.consumer.id)
     )
     if isinstance(request, wire.StoreConsumerOffset):
-        return wire.StoreConsumerOffset(
-            consumer,
-            wire.Identifier(route.stream_id),
-            wire.Identifier(route.topic_id),
-            route.partition_id,
-            request.offset,
-            request.ack,
-        ).encode()
+        return (
+            STORE_USER.pack(user_id)
+            + wire.StoreConsumerOffset(
+                consumer,
+                wire.Identifier(route.stream_id),
+                wire.Identifier(route.topic_id),
+                route.partition_id,
+                request.offset,
+                request.ack,
+            ).encode()
+        )
     return wire.DeleteConsumerOffset(
         consumer,
         wire.Identifier(route.stream_id),
@@ -1063,20 +1087,24 @@ def resolved_offset_request(
     ).encode()
 
 
-def store_offset_body(route: PartitionRoute, offset: int) -> bytes:
-    """A STORE_CONSUMER_OFFSET body for a poll's auto-commit."""
+def store_offset_body(route: PartitionRoute, offset: int, user_id: int) -> bytes:
+    """A STORE_CONSUMER_OFFSET body for a poll's auto-commit, charged to ``user_id`` (the
+    polling user: the node's own client only carries it)."""
     assert route.consumer is not None
     consumer = wire.Consumer(
         wire.ConsumerKind(int(route.consumer.kind)), wire.Identifier(route.consumer.id)
     )
-    return wire.StoreConsumerOffset(
-        consumer,
-        wire.Identifier(route.stream_id),
-        wire.Identifier(route.topic_id),
-        route.partition_id,
-        offset,
-        wire.AckLevel.NO_ACK,
-    ).encode()
+    return (
+        STORE_USER.pack(user_id)
+        + wire.StoreConsumerOffset(
+            consumer,
+            wire.Identifier(route.stream_id),
+            wire.Identifier(route.topic_id),
+            route.partition_id,
+            offset,
+            wire.AckLevel.NO_ACK,
+        ).encode()
+    )
 
 
 def _consumer_key(consumer: wire.Consumer) -> ConsumerKey:
@@ -1100,6 +1128,7 @@ def _code(code: int) -> ErrorCode:
 __all__ = [
     "NOT_FOUND",
     "SERVER_VERSION",
+    "STORE_USER",
     "MetadataMachine",
     "PartitionMachine",
     "PartitionRoute",

@@ -14,6 +14,7 @@ from broker.state.partition import (
     ConsumerKind,
     DeleteConsumerOffset,
     Frontier,
+    PartitionResult,
     PartitionState,
     PollingKind,
     PollResult,
@@ -36,6 +37,7 @@ from tests.state.partition_helpers import (
 
 ALICE = ConsumerKey(ConsumerKind.CONSUMER, 1)
 GROUP = ConsumerKey(ConsumerKind.CONSUMER_GROUP, 7)
+READER, OTHER = 10, 11  # user ids
 
 
 def _records(result: PollResult) -> list[bytes]:
@@ -67,7 +69,7 @@ def test_prepare_stamps_partition_offset_timestamp_and_reseals() -> None:
 def test_pipelined_prepares_continue_offsets_from_uncommitted_ones() -> None:
     g = Group.of(3)
     ops = [g.prepare(SendMessages(batch(*[b"x"] * n))) for n in (3, 1, 2)]
-    g.prepare(StoreConsumerOffset(ALICE, 2))
+    g.prepare(StoreConsumerOffset(ALICE, 2, READER))
     last = g.prepare(SendMessages(batch(b"y")))
     bases = [BATCH_HEADER.unpack_from(g.primary.log.bodies[op][1], 0)[1] for op in ops]
     assert bases == [0, 3, 4]
@@ -230,7 +232,7 @@ def test_next_polls_continue_after_the_stored_offset_and_auto_commit_reports_it(
     assert (first.first_offset, first.last_offset, first.store_offset) == (0, 1, 1)
     assert state.consumer_offset(ALICE) is None  # a poll never changes replicated state
     assert first.store_offset is not None
-    g.submit(StoreConsumerOffset(ALICE, first.store_offset))
+    g.submit(StoreConsumerOffset(ALICE, first.store_offset, READER))
     second = state.poll(ALICE, PollingKind.NEXT, 0, 10, auto_commit=True)
     assert _offsets(payloads_of(_records(second))) == [2, 3, 4, 5]
     assert second.store_offset == 5
@@ -274,9 +276,9 @@ def test_local_retention_makes_polls_skip_forward() -> None:
 def test_store_get_and_delete_consumer_offsets() -> None:
     g = _filled()
     state = g.primary.state
-    assert g.submit(StoreConsumerOffset(ALICE, 3)) == Applied()
-    assert g.submit(StoreConsumerOffset(GROUP, 5)) == Applied()
-    assert g.submit(StoreConsumerOffset(ALICE, 1)) == Applied()  # moving back is allowed
+    assert g.submit(StoreConsumerOffset(ALICE, 3, READER)) == Applied()
+    assert g.submit(StoreConsumerOffset(GROUP, 5, READER)) == Applied()
+    assert g.submit(StoreConsumerOffset(ALICE, 1, READER)) == Applied()  # moving back is allowed
     assert state.consumer_offset(ALICE) == 1
     assert state.consumer_offsets() == ((ALICE, 1), (GROUP, 5))
     assert g.submit(DeleteConsumerOffset(ALICE)) == Applied()
@@ -298,32 +300,150 @@ def test_store_consumer_offset_rejections(
 ) -> None:
     g = _filled()
     with pytest.raises(StateError) as raised:
-        g.prepare(StoreConsumerOffset(consumer, offset))
+        g.prepare(StoreConsumerOffset(consumer, offset, READER))
     assert raised.value.code == code
 
 
 def test_named_consumers_keep_offsets_apart_from_numbered_ones() -> None:
     g = _filled()
     named = ConsumerKey(ConsumerKind.CONSUMER, "reader")
-    g.submit(StoreConsumerOffset(named, 2))
-    g.submit(StoreConsumerOffset(ALICE, 4))
+    g.submit(StoreConsumerOffset(named, 2, READER))
+    g.submit(StoreConsumerOffset(ALICE, 4, READER))
     assert g.primary.state.consumer_offsets() == ((ALICE, 4), (named, 2))
 
 
 def test_store_of_an_offset_purged_in_flight_is_refused_at_commit() -> None:
     g = _filled()
     g.prepare(PurgePartition(1))
-    g.prepare(StoreConsumerOffset(ALICE, 2))  # valid when prepared, purged when applied
+    g.prepare(StoreConsumerOffset(ALICE, 2, READER))  # valid when prepared, purged when applied
     results = g.commit()
     assert results[0] == [Applied(), Refused(ErrorCode.INVALID_OFFSET)]
 
 
-def test_consumer_offsets_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_consumer_offsets_are_bounded_per_partition(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(partition, "CONSUMER_OFFSETS_MAX", 1)
     g = _filled()
-    g.submit(StoreConsumerOffset(ALICE, 1))
-    assert g.submit(StoreConsumerOffset(ALICE, 2)) == Applied()
-    assert g.submit(StoreConsumerOffset(GROUP, 2)) == Refused(ErrorCode.TOO_MANY_CONSUMER_OFFSETS)
+    g.submit(StoreConsumerOffset(ALICE, 1, READER))
+    assert g.submit(StoreConsumerOffset(ALICE, 2, READER)) == Applied()
+    too_many = ErrorCode.TOO_MANY_CONSUMER_OFFSETS
+    assert _prepare_refusal(g, StoreConsumerOffset(GROUP, 2, OTHER)) == too_many
+    # Prepared in flight (nothing committed refused them yet), apply refuses the second.
+    h = _filled()
+    h.prepare(StoreConsumerOffset(ALICE, 1, READER))
+    h.prepare(StoreConsumerOffset(GROUP, 2, OTHER))
+    assert h.commit()[0][-2:] == [Applied(), Refused(too_many)]
+
+
+def _prepare_refusal(g: Group, request: StoreConsumerOffset) -> ErrorCode | None:
+    try:
+        g.prepare(request)
+    except StateError as error:
+        return error.code
+    return None
+
+
+def _store(g: Group, request: StoreConsumerOffset) -> PartitionResult:
+    """What the client is answered: a refusal at prepare, else the committed result."""
+    code = _prepare_refusal(g, request)
+    if code is not None:
+        return Refused(code)
+    results = g.commit()
+    assert all(r == results[0] for r in results), results
+    return results[0][-1]
+
+
+def _made_up(count: int, first: int = 1_000) -> list[ConsumerKey]:
+    return [ConsumerKey(ConsumerKind.CONSUMER, first + i) for i in range(count)]
+
+
+def _fill_quota(g: Group, user: int) -> list[ConsumerKey]:
+    """Store ``CONSUMER_OFFSETS_PER_USER_MAX`` made-up consumer ids as ``user``."""
+    keys = _made_up(partition.CONSUMER_OFFSETS_PER_USER_MAX)
+    for key in keys:
+        assert g.submit(StoreConsumerOffset(key, 0, user)) == Applied()
+    return keys
+
+
+def test_a_user_at_its_quota_is_refused_a_new_consumer_and_others_are_not() -> None:
+    g = _filled()
+    keys = _fill_quota(g, READER)
+    state = g.primary.state
+    assert state.offsets_charged(READER) == partition.CONSUMER_OFFSETS_PER_USER_MAX
+    too_many = Refused(ErrorCode.TOO_MANY_CONSUMER_OFFSETS)
+    assert _store(g, StoreConsumerOffset(ALICE, 1, READER)) == too_many
+    assert _store(g, StoreConsumerOffset(GROUP, 1, READER)) == too_many
+    assert state.consumer_offset(ALICE) is None
+    # Another user's new consumer and its later moves are unaffected.
+    assert _store(g, StoreConsumerOffset(ALICE, 1, OTHER)) == Applied()
+    assert _store(g, StoreConsumerOffset(ALICE, 4, OTHER)) == Applied()
+    assert (state.consumer_offset(ALICE), state.offsets_charged(OTHER)) == (4, 1)
+    # The user at its quota still moves the offsets it has.
+    assert _store(g, StoreConsumerOffset(keys[-1], 5, READER)) == Applied()
+    assert state.consumer_offset(keys[-1]) == 5
+
+
+def test_a_store_committed_state_refuses_is_refused_at_prepare_and_not_logged() -> None:
+    g = _filled()
+    _fill_quota(g, READER)
+    head = g.primary.head_op
+    code = _prepare_refusal(g, StoreConsumerOffset(ALICE, 1, READER))
+    assert code == ErrorCode.TOO_MANY_CONSUMER_OFFSETS
+    assert g.primary.head_op == head
+    # A move of an existing offset and another user's store are prepared as usual.
+    assert _prepare_refusal(g, StoreConsumerOffset(_made_up(1)[0], 2, READER)) is None
+    assert _prepare_refusal(g, StoreConsumerOffset(GROUP, 2, OTHER)) is None
+
+
+def test_a_store_is_prepared_when_an_op_in_flight_may_make_room_for_it() -> None:
+    g = _filled()
+    keys = _fill_quota(g, READER)
+    g.prepare(DeleteConsumerOffset(keys[0]))  # not committed yet
+    assert _prepare_refusal(g, StoreConsumerOffset(ALICE, 1, READER)) is None
+    assert g.commit()[0] == [Applied(), Applied()]
+    # The same consumer stored in flight by another user makes the store a move.
+    g.prepare(StoreConsumerOffset(GROUP, 1, OTHER))
+    assert _prepare_refusal(g, StoreConsumerOffset(GROUP, 2, READER)) is None
+    assert g.commit()[0] == [Applied(), Applied()]
+    assert g.primary.state.stored_offsets()[-1] == (GROUP, partition.StoredOffset(2, OTHER))
+
+
+def test_moving_anothers_offset_charges_its_creator_and_always_succeeds() -> None:
+    g = _filled()
+    _fill_quota(g, READER)
+    assert _store(g, StoreConsumerOffset(ALICE, 1, OTHER)) == Applied()
+    # READER is at its quota, yet moves the offset OTHER created: it is charged to OTHER.
+    assert _store(g, StoreConsumerOffset(ALICE, 3, READER)) == Applied()
+    state = g.primary.state
+    assert state.consumer_offset(ALICE) == 3
+    assert state.offsets_charged(OTHER) == 1
+    assert state.offsets_charged(READER) == partition.CONSUMER_OFFSETS_PER_USER_MAX
+
+
+def test_deleting_an_offset_frees_its_creators_charge_whoever_deletes() -> None:
+    g = _filled()
+    keys = _fill_quota(g, READER)
+    state = g.primary.state
+    assert g.submit(DeleteConsumerOffset(keys[0])) == Applied()
+    assert state.offsets_charged(READER) == partition.CONSUMER_OFFSETS_PER_USER_MAX - 1
+    assert _store(g, StoreConsumerOffset(ALICE, 1, READER)) == Applied()
+    assert _store(g, StoreConsumerOffset(GROUP, 1, READER)) == Refused(
+        ErrorCode.TOO_MANY_CONSUMER_OFFSETS
+    )
+    # A delete is not charged to whoever sends it: it frees the creator's charge.
+    assert g.submit(DeleteConsumerOffset(ALICE)) == Applied()
+    assert _store(g, StoreConsumerOffset(GROUP, 1, READER)) == Applied()
+    assert state.offsets_charged(READER) == partition.CONSUMER_OFFSETS_PER_USER_MAX
+
+
+def test_a_refused_store_is_refused_on_every_replica_alike() -> None:
+    g = Group.of(3)
+    g.submit(SendMessages(batch(b"m0")))
+    for key in _made_up(partition.CONSUMER_OFFSETS_PER_USER_MAX + 1):
+        g.prepare(StoreConsumerOffset(key, 0, READER))  # pipelined, none committed yet
+    results = g.commit()
+    assert results[0] == results[1] == results[2]
+    assert results[0][-1] == Refused(ErrorCode.TOO_MANY_CONSUMER_OFFSETS)
+    assert results[0][:-1] == [Applied()] * partition.CONSUMER_OFFSETS_PER_USER_MAX
 
 
 # -- purge --------------------------------------------------------------------------------
@@ -331,11 +451,12 @@ def test_consumer_offsets_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_purge_hides_messages_clears_offsets_and_keeps_offsets_dense() -> None:
     g = _filled()
-    g.submit(StoreConsumerOffset(ALICE, 2))
+    g.submit(StoreConsumerOffset(ALICE, 2, READER))
     assert g.submit(PurgePartition(1)) == Applied()
     state = g.primary.state
     assert (state.purge_generation, state.first_offset, state.current_offset) == (1, 6, 5)
     assert state.consumer_offsets() == ()
+    assert state.offsets_charged(READER) == 0
     assert _polled(state, PollingKind.FIRST) == []
     assert _polled(state, PollingKind.TIMESTAMP, 0) == []
     assert g.submit(SendMessages(batch(b"after"))) == Appended(6, 1)
@@ -350,10 +471,10 @@ def test_purge_hides_messages_clears_offsets_and_keeps_offsets_dense() -> None:
 
 def test_snapshot_restore_and_index_rebuild_serve_the_same_polls() -> None:
     g = _filled()
-    g.submit(StoreConsumerOffset(ALICE, 3))
+    g.submit(StoreConsumerOffset(ALICE, 3, READER))
     g.submit(PurgePartition(1))
     g.submit(SendMessages(batch(b"n0", b"n1")))
-    g.submit(StoreConsumerOffset(GROUP, 7))
+    g.submit(StoreConsumerOffset(GROUP, 7, READER))
     state = g.primary.state
     restored = PartitionState.restore(state.snapshot(), g.primary.log)
     # In two steps, as after a repair of a hole: the newer half first, then the older.
@@ -375,29 +496,67 @@ def test_snapshot_restore_and_index_rebuild_serve_the_same_polls() -> None:
     )
 
 
+def test_snapshot_keeps_whom_each_offset_is_charged_to() -> None:
+    g = _filled()
+    keys = _fill_quota(g, READER)
+    g.submit(StoreConsumerOffset(ALICE, 2, OTHER))
+    g.submit(StoreConsumerOffset(GROUP, 3, OTHER))
+    state = g.primary.state
+    restored = PartitionState.restore(state.snapshot(), g.primary.log)
+    assert restored.snapshot() == state.snapshot()
+    assert restored.stored_offsets() == state.stored_offsets()
+    assert restored.offsets_charged(READER) == partition.CONSUMER_OFFSETS_PER_USER_MAX
+    assert restored.offsets_charged(OTHER) == 2
+    # The restored replica refuses and frees exactly as the original does.
+    new = ConsumerKey(ConsumerKind.CONSUMER, "new")
+    with pytest.raises(StateError):
+        restored.prepare(state.commit_op + 1, StoreConsumerOffset(new, 1, READER), 9)
+    for request in (DeleteConsumerOffset(keys[0]), StoreConsumerOffset(new, 1, READER)):
+        op = state.commit_op + 1
+        body = state.prepare(op, request, 9)
+        assert restored.prepare(op, request, 9) == body
+        operation = partition.operation_of(request)
+        assert restored.apply(op, operation, body) == state.apply(op, operation, body)
+    assert restored.snapshot() == state.snapshot()
+    assert restored.offsets_charged(READER) == partition.CONSUMER_OFFSETS_PER_USER_MAX
+
+
+def _snapshot_plain(version: int, offsets: list[list[object]]) -> bytes:
+    return cbor2.dumps(
+        {
+            "version": version,
+            "ids": [1, 2, 3],
+            "commit_op": 1,
+            "next_offset": 1,
+            "timestamp_us": 0,
+            "visible_from": 0,
+            "purge_generation": 0,
+            "offsets": offsets,
+        }
+    )
+
+
 @pytest.mark.parametrize(
     "data",
     [
         b"",
-        cbor2.dumps({"version": 2}),
-        cbor2.dumps({"version": 1, "ids": [1, 2]}),
-        cbor2.dumps(
-            {
-                "version": 1,
-                "ids": [1, 2, 3],
-                "commit_op": 1,
-                "next_offset": 1,
-                "timestamp_us": 0,
-                "visible_from": 0,
-                "purge_generation": 0,
-                "offsets": [[1, 1, 5]],  # stored beyond the log
-            }
-        ),
+        cbor2.dumps({"version": 3}),
+        cbor2.dumps({"version": 2, "ids": [1, 2]}),
+        _snapshot_plain(2, [[1, 1, 5, 10]]),  # stored beyond the log
+        _snapshot_plain(2, [[1, 1, 0]]),  # no user
+        _snapshot_plain(2, [[1, 1, 0, 1 << 32]]),  # not a user id
+        _snapshot_plain(2, [[1, 1, 0, 10], [1, 1, 0, 11]]),  # one consumer twice
     ],
 )
 def test_restore_refuses_garbage(data: bytes) -> None:
     with pytest.raises(SnapshotError):
         PartitionState.restore(data, MemoryLog())
+
+
+def test_restore_refuses_a_version_1_snapshot_by_its_version() -> None:
+    # Version 1 did not say whom an offset is charged to.
+    with pytest.raises(SnapshotError, match="version 1"):
+        PartitionState.restore(_snapshot_plain(1, [[1, 1, 0]]), MemoryLog())
 
 
 def test_apply_asserts_on_a_stamp_that_breaks_the_log() -> None:

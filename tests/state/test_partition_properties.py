@@ -40,6 +40,7 @@ class Send:
 class Store:
     consumer: int
     offset_hint: int
+    user: int
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ Action = Send | Store | Delete | Purge | Commit | Poll
 actions: st.SearchStrategy[Action] = st.one_of(
     st.builds(Send, st.lists(st.integers(0, 40), min_size=1, max_size=4).map(tuple)),
     st.builds(Send, st.lists(st.integers(0, 40), min_size=1, max_size=4).map(tuple)),
-    st.builds(Store, st.integers(0, 2), st.integers(0, 50)),
+    st.builds(Store, st.integers(0, 2), st.integers(0, 50), st.integers(1, 2)),
     st.builds(Delete, st.integers(0, 2)),
     st.builds(Purge, st.integers(0, 3)),
     st.builds(Commit, st.integers(0, 4)),
@@ -89,8 +90,8 @@ def _request(action: Send | Store | Delete | Purge, head_next_offset: int) -> Pa
     match action:
         case Send(sizes):
             return SendMessages(batch(*[bytes([len(sizes)]) * size for size in sizes]))
-        case Store(consumer, hint):
-            return StoreConsumerOffset(CONSUMERS[consumer], hint % max(1, head_next_offset))
+        case Store(consumer, hint, user):
+            return StoreConsumerOffset(CONSUMERS[consumer], hint % max(1, head_next_offset), user)
         case Delete(consumer):
             return DeleteConsumerOffset(CONSUMERS[consumer])
         case Purge(generation):

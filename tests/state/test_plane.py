@@ -32,6 +32,7 @@ from broker.state.partition import ConsumerKey, ConsumerKind
 from broker.state.permissions import Permissions, StreamPermissions
 from broker.state.plane import (
     NOT_FOUND,
+    STORE_USER,
     MetadataMachine,
     PartitionMachine,
     PartitionRoute,
@@ -434,8 +435,16 @@ def test_route_poll_for_consumers_and_group_members() -> None:
     store = wire.StoreConsumerOffset(group, wire.Identifier("b"), wire.Identifier("t"), 0, 0)
     offset_route = route_offset(state, store, reader)
     assert offset_route.consumer == ConsumerKey(ConsumerKind.CONSUMER_GROUP, 0)
-    resolved = wire.StoreConsumerOffset.decode(resolved_offset_request(store, offset_route))
+    body = resolved_offset_request(store, offset_route, 42)
+    # A store names the user it is charged to before the wire payload; a delete does not.
+    assert STORE_USER.unpack_from(body, 0) == (42,)
+    resolved = wire.StoreConsumerOffset.decode(body[STORE_USER.size :])
     assert resolved.consumer.id == wire.Identifier(0)
+    delete = wire.DeleteConsumerOffset(group, wire.Identifier("b"), wire.Identifier("t"), 0)
+    resolved_delete = wire.DeleteConsumerOffset.decode(
+        resolved_offset_request(delete, offset_route, 42)
+    )
+    assert resolved_delete.consumer.id == wire.Identifier(0)
 
 
 # -- the partition plane ---------------------------------------------------------------
@@ -470,11 +479,12 @@ def test_partition_machine_full_cycle() -> None:
     host.run(Operation.SEND_MESSAGES, send)
     host.run(Operation.SEND_MESSAGES, send)
     route = PartitionRoute(1, 0, 1, ConsumerKey(ConsumerKind.CONSUMER, 9))
-    assert host.run(Operation.STORE_CONSUMER_OFFSET, store_offset_body(route, 1)) == (
+    assert host.run(Operation.STORE_CONSUMER_OFFSET, store_offset_body(route, 1, 42)) == (
         wire.result_ok()
     )
+    assert host.machine.state.offsets_charged(42) == 1
     with pytest.raises(RequestRejected) as raised:
-        host.run(Operation.STORE_CONSUMER_OFFSET, store_offset_body(route, 9))
+        host.run(Operation.STORE_CONSUMER_OFFSET, store_offset_body(route, 9, 42))
     assert raised.value.status == ErrorCode.INVALID_OFFSET
     key = ConsumerKey(ConsumerKind.CONSUMER, 9)
     info = wire.ConsumerOffsetInfo.decode(host.machine.get_consumer_offset(key))
