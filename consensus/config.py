@@ -128,10 +128,24 @@ class Timeout:
         extra = prng.randrange(self.after_ticks // 2 + 1) if self.jitter else 0
         self.ticks_left = self.after_ticks + extra
 
-    def skip(self, ticks: int) -> None:
-        """Count ``ticks`` down at once; they must all pass without firing."""
-        assert 0 <= ticks < self.ticks_left
-        self.ticks_left -= ticks
+    def elapse(self, ticks: int, prng: random.Random) -> None:
+        """Count ``ticks`` down at once, as ``ticks`` calls of ``tick`` would, rearming on
+        each firing (the caller drops the firings: it knows they have nothing to do).
+
+        A fixed timeout's rearms are arithmetic. A jittered one draws its jitter at each
+        rearm, and draws must keep the order the ticks would make them, so it may fire
+        only on the last of the ``ticks``.
+        """
+        assert ticks >= 0
+        if ticks < self.ticks_left:
+            self.ticks_left -= ticks
+        elif self.jitter:
+            assert ticks == self.ticks_left, "a jittered timeout fires once in a pass"
+            self.reset(prng)
+        else:
+            # Fired after ticks_left ticks, then every after_ticks; this many ticks ago last.
+            fired_ago = (ticks - self.ticks_left) % self.after_ticks
+            self.ticks_left = self.after_ticks - fired_ago
 
     def tick(self, prng: random.Random) -> bool:
         assert self.ticks_left >= 1

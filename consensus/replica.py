@@ -520,21 +520,27 @@ class Replica:
     def _on_ticks(self, count: int) -> None:
         due = self.ticks_until_due()
         assert 1 <= count <= due, (count, due)
+        # Before the last tick only timeouts with nothing to do fire, and their handlers
+        # change nothing: those ticks only count down and rearm, so they pass at once.
+        self._pass_idle_ticks(count - 1)
+        self._on_tick()
+
+    def _pass_idle_ticks(self, ticks: int) -> None:
+        """Count ``ticks`` down on every timeout, as ``ticks`` single ticks would when
+        every timeout firing in them has nothing to do. The fixed timeouts' rearms are
+        arithmetic; the jittered ones draw from the PRNG at each rearm, so those are made
+        one by one, by tick and then in ``_timeouts`` order, the order ticks draw them."""
         timeouts = self._timeouts()
-        while True:
-            # Jump to the next tick on which any timeout fires; before the due tick, only
-            # timeouts with nothing to do fire there, and they only rearm.
-            gap = min(timeout.ticks_left for timeout in timeouts)
-            if gap > count:
-                for timeout in timeouts:
-                    timeout.skip(count)
-                return
-            for timeout in timeouts:
-                timeout.skip(gap - 1)
-            self._on_tick()
-            count -= gap
-            if count == 0:
-                return
+        jittered = [timeout for timeout in timeouts if timeout.jitter]
+        left = ticks
+        while left:
+            gap = min(left, *(timeout.ticks_left for timeout in jittered))
+            for timeout in jittered:
+                timeout.elapse(gap, self._prng)
+            left -= gap
+        for timeout in timeouts:
+            if not timeout.jitter:
+                timeout.elapse(ticks, self._prng)
 
     def _on_tick(self) -> None:
         # Every timeout runs all the time; each handler acts only when it applies.

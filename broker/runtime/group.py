@@ -19,7 +19,7 @@ Invariants:
    Truncations and checkpoints wait for it, as the journal's contract requires, and raise
    ``journal_busy`` so readers in other tasks stay off the journal meanwhile.
 4. Every queue has a bound: peer messages (``INBOX_EVENTS_MAX``, the excess is dropped:
-   VSR retransmits), pending ticks (``TICKS_PENDING_MAX``), client submissions (bounded by
+   VSR retransmits), owed ticks (``TICKS_OWED_MAX``), client submissions (bounded by
    the connections and their in-flight limit); and the pipeline bound of the replica is
    respected before a request is handed to it, so nothing is dropped for being early.
 5. Every submission is answered exactly once: with the committed reply, a refusal decided
@@ -46,11 +46,14 @@ Invariants:
 
 Theory of operation: the loop drains pending ticks, then queued events, then admits
 queued client requests while the replica is a ready primary with room in its pipeline.
-Ticks are owed rather than stepped one by one: the group wakes for ticks only when a
-timeout of its replica with something to do is due (``Replica.ticks_until_due``), or
-once a second's worth is owed, and pays every tick owed first, in ``Ticked(count)``
-steps, whenever it wakes. An idle group is thus stepped about once a second, a
-heartbeating primary once per heartbeat (``docs/operations.md``, idle cost).
+Ticks are owed rather than stepped one by one: the node's ``GroupTicker`` counts them,
+and a group asks it, each time it goes to sleep, to be woken on the tick its replica's
+next timeout with something to do is due (``Replica.ticks_until_due``), or once
+``TICKS_OWED_MAX`` are owed; the ticker wakes only the groups due on each tick. Whenever a
+group wakes, for that or anything else, it first pays every tick owed, in
+``Ticked(count)`` steps. An idle lone replica is thus stepped every ``TICKS_OWED_MAX``
+ticks, a heartbeating primary once per heartbeat, and a tick costs the node nothing for
+the groups not due on it (``docs/operations.md``, idle cost).
 After each step's actions it reports ``PrepareWritten`` for the last append (the write
 went to the page cache synchronously). ``SyncJournal`` wakes the syncer, which runs
 ``journal.sync`` in a worker thread while the loop keeps appending and answering; its
@@ -74,6 +77,7 @@ from typing import Any, Final, TypeVar
 import trio
 
 from broker.core.refusals import RefusalLimiter
+from broker.core.ticks import TickSchedule
 from broker.runtime.disk import DiskGuard
 from broker.runtime.flush import Flusher
 from broker.runtime.stats import GroupCounters
@@ -115,9 +119,11 @@ _E = TypeVar("_E", bound=BaseException)
 
 INBOX_EVENTS_MAX: Final = 4096
 """Peer messages queued for one group; more are dropped (the sender retransmits)."""
-TICKS_PENDING_MAX: Final = 100
-"""Ticks one group owes at most (one second at 10 ms): it wakes to pay them by then, and
-catches up no more than that after a stall."""
+TICKS_OWED_MAX: Final = 30_000
+"""Ticks one group owes at most (five minutes at 10 ms): an idle group wakes to pay them by
+then, and catches up no more than that after a stall of its task. It bounds the work of
+the step that pays them (``Replica._pass_idle_ticks``: a few hundred PRNG draws), hence
+the delay it adds to the first request after a long idle spell."""
 EVENTS_PER_PASS_MAX: Final = 256
 """Events stepped before the loop yields to other tasks."""
 
@@ -179,6 +185,40 @@ class DescriptorReserve:
 
 PARTITION_DESCRIPTORS: Final = DescriptorReserve()
 """This process's reserve (``DescriptorReserve``)."""
+
+
+class GroupTicker:
+    """The node's ticks, and the groups to wake on each: one per node, fed by its ticker.
+
+    A group asks to be woken on a tick (``wake_at``) each time it goes to sleep; ``advance``
+    (the node's ticker, every ``tick_ms``) wakes only the groups due by then, so an idle
+    group costs a tick nothing (``broker.core.ticks``).
+    """
+
+    def __init__(self) -> None:
+        self._schedule = TickSchedule()
+        self._wakes: dict[int, Callable[[], None]] = {}
+
+    @property
+    def now(self) -> int:
+        """Ticks delivered so far."""
+        return self._schedule.now
+
+    def wake_at(self, group_id: int, tick: int, wake: Callable[[], None]) -> None:
+        """Call ``wake`` once ``tick`` is reached (at the next ``advance`` if it was),
+        instead of anything asked before for ``group_id``."""
+        self._schedule.wake_at(group_id, tick)
+        self._wakes[group_id] = wake
+
+    def cancel(self, group_id: int) -> None:
+        self._schedule.cancel(group_id)
+        self._wakes.pop(group_id, None)
+
+    def advance(self, ticks: int) -> None:
+        """``ticks`` ticks passed: wake the groups due by now."""
+        for group_id in self._schedule.advance(ticks):
+            self._wakes.pop(group_id)()
+
 
 _failure_lines = RefusalLimiter()
 """The budget of group failure lines, shared: ten thousand partitions that fail together
@@ -298,6 +338,7 @@ class GroupHost:
         disk: DiskGuard | None = None,
         flusher: Flusher | None = None,
         descriptors: DescriptorReserve = PARTITION_DESCRIPTORS,
+        ticker: GroupTicker | None = None,
     ) -> None:
         assert (kind is GroupKind.PARTITION) == (partition is not None)
         self.disk = disk
@@ -341,13 +382,14 @@ class GroupHost:
         self.forward: Callable[[GroupHost, Submission], bool] | None = None
         """Set by the node in a cluster: hands a request this replica cannot take to the
         primary's node; returns False when it cannot (the request is then refused)."""
+        self.ticker = ticker if ticker is not None else GroupTicker()
+        """The node's ticks (``GroupTicker``); a group of its own when none is given (the
+        caller then advances it)."""
         self._inbox: deque[Event] = deque()
         self._synced: PrepareSynced | None = None
-        self._ticks_pending = 0
-        self._ticks_due = 1
-        """Owed ticks at which a timeout of the replica with something to do fires (1 until
-        the replica exists); recomputed on the next tick once a step made it stale."""
-        self._ticks_due_stale = True
+        self._ticks_paid = 0
+        """The ``ticker`` tick up to which the replica was stepped: the ticks since are
+        owed, and paid first whenever the group steps."""
         self._requests: deque[Submission] = deque()
         self._waiters: dict[int, Submission] = {}
         # client id -> identity of its request prepared here and not yet replied to
@@ -368,21 +410,6 @@ class GroupHost:
         self._transfer_seen: int | None = None
 
     # -- posting (any task) -----------------------------------------------------------------
-
-    def tick(self) -> None:
-        """One tick passed. The group wakes for it only when a timeout of its replica
-        with something to do is due, or once ``TICKS_PENDING_MAX`` ticks are owed (so
-        none is dropped); until then the tick is owed, and paid first whenever the group
-        steps."""
-        self._ticks_pending = min(self._ticks_pending + 1, TICKS_PENDING_MAX)
-        replica = self.replica
-        if self._ticks_due_stale and replica is not None:
-            # Asked here, at most once a tick, rather than after every step: a busy group
-            # steps thousands of times a second.
-            self._ticks_due = replica.ticks_until_due()
-            self._ticks_due_stale = False
-        if self._ticks_pending >= min(self._ticks_due, TICKS_PENDING_MAX):
-            self._wake.set()
 
     def receive(self, message: Message) -> None:
         if len(self._inbox) >= INBOX_EVENTS_MAX or self.replica is None:
@@ -529,6 +556,7 @@ class GroupHost:
             config=self._replica_config,
         )
         self._created = False  # it may acknowledge prepares from now on
+        self._ticks_paid = self.ticker.now  # earlier ticks passed before it existed
         self._commit_seen = self.replica.commit_min
         self.opened.set()
         self._applied.set()
@@ -641,9 +669,7 @@ class GroupHost:
         self._inbox.clear()
         self._synced = None
         self._in_flight.clear()
-        self._ticks_pending = 0
-        self._ticks_due = 1
-        self._ticks_due_stale = True
+        self.ticker.cancel(self.group_id)
         self._view_seen = None
         self._transfer_seen = None
         self._read_floor_seen = None
@@ -688,20 +714,32 @@ class GroupHost:
             self._give_charge()
 
     async def _loop(self) -> None:
-        while True:
-            self._wake = trio.Event()
-            await self._pass()
-            if self._has_work():
-                await trio.lowlevel.checkpoint()
-                continue
-            await self._wake.wait()
+        try:
+            while True:
+                self._wake = trio.Event()
+                await self._pass()
+                if self._has_work() or self._ticks_due():
+                    await trio.lowlevel.checkpoint()
+                    continue
+                await self._wake.wait()
+        finally:
+            self.ticker.cancel(self.group_id)
+
+    def _ticks_due(self) -> bool:
+        """Whether the ticks owed reach the replica's next timeout with something to do
+        (or ``TICKS_OWED_MAX``); if not, ask the ticker to wake the group on the tick they
+        will. Asked once per pass, when the group would sleep, not after every step."""
+        replica = self.replica
+        assert replica is not None
+        due = self._ticks_paid + min(replica.ticks_until_due(), TICKS_OWED_MAX)
+        if due <= self.ticker.now:
+            return True
+        self.ticker.wake_at(self.group_id, due, self._wake.set)
+        return False
 
     def _has_work(self) -> bool:
         return bool(
-            self._ticks_pending >= min(self._ticks_due, TICKS_PENDING_MAX)
-            or self._inbox
-            or self._synced is not None
-            or (self._requests and self._admissible())
+            self._inbox or self._synced is not None or (self._requests and self._admissible())
         )
 
     async def _pass(self) -> None:
@@ -722,7 +760,9 @@ class GroupHost:
         one on which a timeout with something to do fires, not past it."""
         replica = self.replica
         assert replica is not None
-        ticks, self._ticks_pending = self._ticks_pending, 0
+        now = self.ticker.now
+        ticks = min(now - self._ticks_paid, TICKS_OWED_MAX)
+        self._ticks_paid = now
         while ticks:
             count = min(ticks, replica.ticks_until_due())
             ticks -= count
@@ -827,7 +867,6 @@ class GroupHost:
         replica = self.replica
         assert replica is not None
         self._log_role(replica)
-        self._ticks_due_stale = True
         if replica.commit_min != self._commit_seen:
             self.counters.commits += max(0, replica.commit_min - self._commit_seen)
             self.counters.commit_rounds += 1

@@ -11,7 +11,7 @@ import trio.testing
 from broker.core.identity import internal_checksum
 from broker.runtime.flush import Flusher
 from broker.runtime.group import (
-    TICKS_PENDING_MAX,
+    TICKS_OWED_MAX,
     GroupHost,
     GroupKind,
     Outcome,
@@ -133,8 +133,9 @@ def test_group_restarts_from_its_files_and_continues_the_offsets(tmp_path: Path)
 
 
 def test_an_idle_group_steps_its_replica_only_when_a_timeout_is_due(tmp_path: Path) -> None:
-    """Ticks are owed, not stepped one by one. A lone replica's timeouts have nothing to do,
-    so 200 idle ticks reach it in two steps, one per second's worth owed, none dropped."""
+    """Ticks are owed, not stepped one by one, and the ticker wakes only due groups. A lone
+    replica's timeouts have nothing to do, so it is stepped once TICKS_OWED_MAX ticks are
+    owed, all of them in one step; a request pays the ticks owed since, first."""
 
     async def main() -> tuple[list[int], int]:
         host = _host(tmp_path / "group", persisted=False)
@@ -147,19 +148,22 @@ def test_an_idle_group_steps_its_replica_only_when_a_timeout_is_due(tmp_path: Pa
             step = replica.step
 
             def counting_step(event: Event) -> list[Action]:
-                if isinstance(event, Ticked):
-                    counts.append(event.count)
+                counts.append(event.count if isinstance(event, Ticked) else 0)
                 return step(event)
 
             replica.step = counting_step  # type: ignore[method-assign]
             due = replica.ticks_until_due()
-            for _ in range(200):
-                host.tick()
+            for ticks in (1, TICKS_OWED_MAX - 2, 1, 1, 7):
+                host.ticker.advance(ticks)
                 await trio.testing.wait_all_tasks_blocked()
+            await _submit_many(host, 1)
             nursery.cancel_scope.cancel()
         await host.close()
         return counts, due
 
     counts, due = trio.run(main)
     assert due == TICKS_IDLE  # alone and in normal status: nobody to heartbeat or repair
-    assert counts == [TICKS_PENDING_MAX, TICKS_PENDING_MAX]
+    # Nothing for the first TICKS_OWED_MAX - 1 ticks, one step on the last, then the 8
+    # ticks owed since, paid before the request (and its write) is stepped.
+    assert counts[:2] == [TICKS_OWED_MAX, 8]
+    assert 0 not in counts[:2] and set(counts[2:]) == {0}
