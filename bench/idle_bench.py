@@ -60,21 +60,15 @@ def _cpu_ticks(pid: int) -> int:
 
 
 def _create_topics(address: str, partitions: int) -> None:
-    from broker.runtime.client import WireClient
-    from sdk import wire
-    from sdk.wire import CommandCode
+    from sdk import Client, ClientConfig
 
-    with WireClient(address) as client:
-        client.login("iggy", ROOT_PASSWORD)
-        client.call(CommandCode.CREATE_STREAM, wire.CreateStream("idle"))
+    with Client(ClientConfig.one_node(address, username="iggy", password=ROOT_PASSWORD)) as client:
+        client.create_stream("idle")
         topic = 0
         while partitions > 0:
             count = min(partitions, PARTITIONS_PER_TOPIC_MAX)
             topic += 1
-            client.call(
-                CommandCode.CREATE_TOPIC,
-                wire.CreateTopic(wire.Identifier("idle"), count, f"t{topic}"),
-            )
+            client.create_topic("idle", f"t{topic}", count)
             partitions -= count
 
 

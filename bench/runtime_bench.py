@@ -227,15 +227,9 @@ def raw_setup(folder: Path) -> Iterator[tuple[str, Callable[[], dict[str, float]
 
 def _pinned_client(address: str) -> Client:
     """An SDK client of the one node at ``address``, logged in as root."""
-    from sdk import Client, ClientConfig, NodeAddress
+    from sdk import Client, ClientConfig
 
-    config = ClientConfig(
-        seeds=(NodeAddress.parse(address),),
-        username="iggy",
-        password=ROOT_PASSWORD,
-        cluster_discovery=False,
-    )
-    return Client(config)
+    return Client(ClientConfig.one_node(address, username="iggy", password=ROOT_PASSWORD))
 
 
 def _runtime_stats(address: str) -> dict[str, object]:

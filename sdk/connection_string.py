@@ -107,6 +107,33 @@ class ClientConfig:
         if (self.username is None) != (self.password is None):
             raise ValueError("give both username and password, or neither")
 
+    @classmethod
+    def one_node(
+        cls,
+        address: str,
+        *,
+        username: str | None = None,
+        password: str | None = None,
+        timeout_s: float | None = None,
+    ) -> ClientConfig:
+        """Settings that talk to the node at ``address`` (``HOST:PORT``) and only to it.
+
+        Discovery is off, so every call is answered by that node (tools that report one
+        node's state, benchmarks pinned to one node). ``timeout_s``, when given, bounds a
+        dial, an attempt and a whole call alike.
+        """
+        config = cls(
+            seeds=(NodeAddress.parse(address),),
+            username=username,
+            password=password,
+            cluster_discovery=False,
+        )
+        if timeout_s is None:
+            return config
+        return config.replace(
+            request_timeout_s=timeout_s, connect_timeout_s=timeout_s, retry_deadline_s=timeout_s
+        )
+
     def replace(self, **changes: object) -> ClientConfig:
         """A copy with some fields changed (``ValueError``/``TypeError`` on bad ones)."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]

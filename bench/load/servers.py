@@ -152,16 +152,10 @@ def _stop(processes: Sequence[subprocess.Popen[bytes]]) -> None:
 def _pinned_client(address: str, username: str, password: str) -> Client:
     """An SDK client of the one node at ``address`` (no discovery), every call bounded by
     ``STATS_TIMEOUT_S``."""
-    from sdk import Client, ClientConfig, NodeAddress
+    from sdk import Client, ClientConfig
 
-    config = ClientConfig(
-        seeds=(NodeAddress.parse(address),),
-        username=username,
-        password=password,
-        request_timeout_s=STATS_TIMEOUT_S,
-        connect_timeout_s=STATS_TIMEOUT_S,
-        retry_deadline_s=STATS_TIMEOUT_S,
-        cluster_discovery=False,
+    config = ClientConfig.one_node(
+        address, username=username, password=password, timeout_s=STATS_TIMEOUT_S
     )
     return Client(config)
 

@@ -26,7 +26,7 @@ from typing import Any, Final
 
 from sdk import wire
 from sdk.blocking import Client
-from sdk.connection_string import ClientConfig, NodeAddress
+from sdk.connection_string import ClientConfig
 from sdk.errors import (
     ClientClosed,
     ConnectionFailed,
@@ -62,25 +62,12 @@ class Target:
     password: str
 
 
-def _config(
-    address: str, timeout_s: float, *, username: str | None = None, password: str | None = None
-) -> ClientConfig:
-    return ClientConfig(
-        seeds=(NodeAddress.parse(address),),
-        username=username,
-        password=password,
-        request_timeout_s=timeout_s,
-        connect_timeout_s=timeout_s,
-        retry_deadline_s=timeout_s,
-        cluster_discovery=False,
-    )
-
-
 @contextmanager
 def _connect(target: Target) -> Iterator[Client]:
-    client = Client(
-        _config(target.address, TIMEOUT_S, username=target.username, password=target.password)
+    config = ClientConfig.one_node(
+        target.address, username=target.username, password=target.password, timeout_s=TIMEOUT_S
     )
+    client = Client(config)
     try:
         client.login_user(target.username, target.password)
         yield client
@@ -214,7 +201,7 @@ def poll(
 
 
 def _reachable(address: str) -> bool:
-    probe = Client(_config(address, PROBE_TIMEOUT_S))
+    probe = Client(ClientConfig.one_node(address, timeout_s=PROBE_TIMEOUT_S))
     try:
         probe.ping()
     except IggyError as error:

@@ -26,7 +26,6 @@ import pytest
 from apache_iggy import Consumer, IggyClient, PollingStrategy
 
 from bench.chaos.nodes import ChaosCluster
-from broker.runtime.client import WireClient
 from broker.state.errors import ErrorCode
 from broker.state.partition import CONSUMER_OFFSETS_MAX, CONSUMER_OFFSETS_PER_USER_MAX
 from sdk import wire
@@ -34,6 +33,7 @@ from sdk.wire import CommandCode, IggyErrorCode
 from tests.runtime.processes import CLUSTER_SECRET, ROOT_PASSWORD, NodeProcess, start_node
 from tests.runtime.test_cluster_replies import primary_of
 from tests.runtime.test_interop_node import run
+from tests.wire_client import WireClient
 
 STREAM = "quota"
 MESSAGES = 8
