@@ -172,6 +172,13 @@ class DescriptorReserve:
         self.groups += 1
         return True
 
+    @property
+    def partitions_max(self) -> int | None:
+        """The most partition groups the reserve can hold open (None: unbounded)."""
+        if self.descriptors_max is None:
+            return None
+        return self.descriptors_max // PARTITION_DESCRIPTORS_CHARGED
+
     def give(self) -> None:
         assert self.groups > 0
         self.groups -= 1

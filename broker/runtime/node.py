@@ -72,6 +72,7 @@ from typing import TYPE_CHECKING, Any, Final
 import trio
 
 from broker import __version__
+from broker.core.capacity import beyond_capacity
 from broker.core.identity import (
     internal_checksum,
     register_checksum,
@@ -84,6 +85,7 @@ from broker.runtime.disk import DiskGuard
 from broker.runtime.flush import Flusher
 from broker.runtime.group import (
     METADATA_GROUP,
+    PARTITION_DESCRIPTORS,
     REQUEST_MISMATCH_STATUS,
     GroupHost,
     GroupKind,
@@ -1122,6 +1124,11 @@ class Node:
             denied = state.authorize(command, session)
             if denied is not None:
                 return _status(header, int(denied))
+            beyond = beyond_capacity(
+                command, state.partitions_total, PARTITION_DESCRIPTORS.partitions_max
+            )
+            if beyond:
+                return _status(header, ErrorCode.PARTITIONS_LIMIT_REACHED, refusal=beyond)
             outcome = await self._submit(self.metadata, header, checksum, *encode_command(command))
             if code is CommandCode.LOGOUT_USER and isinstance(outcome, Replied):
                 context.registered_session = 0

@@ -678,6 +678,11 @@ class MetadataState:
     def user(self, user: Ident) -> UserInfo:
         return self._user_info(self._find_user(user))
 
+    @property
+    def partitions_total(self) -> int:
+        """Partitions of every topic of every stream: the partition groups each node hosts."""
+        return self._partitions_total
+
     def users(self) -> tuple[UserInfo, ...]:
         return tuple(self._user_info(self._users[i]) for i in sorted(self._users))
 
