@@ -37,6 +37,10 @@ Invariants:
    most ``BUS_CONNECTIONS_PER_PEER_MAX`` authenticated ones per roster peer (more are
    closed at once). Every such refusal is logged, rate-limited. The bus holds at most
    ``bus_descriptors_max(replica_count)`` descriptors.
+9. A request for a group whose primary's link is down waits for the link (at most
+   ``FORWARDS_WAITING_MAX`` at once, each at most ``LINK_WAIT_S``), then goes back to its
+   group, which routes it again; a request still waiting then is refused with
+   ``TransientNotAccepted`` (nothing of it was sent).
 
 Wire format: after the handshake, frames of ``[size u32][kind u8][3 zero bytes]`` and
 ``size`` payload bytes. Kind 1 carries one consensus frame (``consensus.messages``, with
@@ -99,6 +103,11 @@ GROUP_WAIT_S: Final = 3.0
 yet waits for it."""
 HELD_MESSAGES_MAX: Final = 1024
 """Peer messages held at once for groups not created here yet; more are dropped."""
+LINK_WAIT_S: Final = 3.0
+"""How long a request for a group's primary waits for that primary's link to come back
+(longer than the longest redial backoff, ``RECONNECT_BACKOFF_MAX_S``)."""
+FORWARDS_WAITING_MAX: Final = 1024
+"""Requests waiting at once for a primary's link; more are refused with 58 at once."""
 IOVECS_MAX: Final = 512
 _MAGIC: Final = b"VSBUS\x00\x02\x00"  # 2: forwards carry the request's identity digest
 
@@ -212,6 +221,7 @@ class ReplicaBus:
         self._token = 0
         self._nursery: trio.Nursery | None = None
         self._held = 0
+        self._forwards_waiting = 0
         self._learning = False
         # A primary sends the same prepare to every backup: encode (and checksum) it once.
         self._last_message: Message | None = None
@@ -239,7 +249,7 @@ class ReplicaBus:
             return False
         peer = self.peers[primary]
         if peer.stream is None:
-            return False
+            return self._forward_when_linked(host, peer, submission)
         self._token += 1
         token = self._token
         header = _FORWARD.pack(
@@ -258,6 +268,33 @@ class ReplicaBus:
         submission.admitted = True  # its fate is out of our hands from here
         self._node.counters.forwarded += 1
         return True
+
+    def _forward_when_linked(self, host: GroupHost, peer: Peer, submission: Submission) -> bool:
+        """Hold a request for a primary whose link is down (invariant 9): the link redials
+        within ``RECONNECT_BACKOFF_MAX_S``, so a link that drops for a moment costs its
+        clients a wait, not a refusal."""
+        if self._nursery is None or self._forwards_waiting >= FORWARDS_WAITING_MAX:
+            return False
+        self._forwards_waiting += 1
+        self._node.counters.forwards_held += 1
+        self._nursery.start_soon(self._resubmit_when_linked, host, peer, submission)
+        return True
+
+    async def _resubmit_when_linked(
+        self, host: GroupHost, peer: Peer, submission: Submission
+    ) -> None:
+        linked = False
+        try:
+            with trio.move_on_after(LINK_WAIT_S):
+                await peer.connected.wait()
+                linked = True
+        finally:
+            self._forwards_waiting -= 1
+            if not linked:
+                submission.answer(Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
+        if not submission.done:
+            # The group decides again: the primary may have changed while the link was down.
+            host.submit(submission)
 
     async def read_index(self, host: GroupHost) -> int | None:
         """The commit number of the group's primary, asked of its node (invariant 6).

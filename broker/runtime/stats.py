@@ -86,6 +86,8 @@ class NodeCounters:
     """Bytes written to client sockets."""
     forwarded: int = 0
     """Requests this node forwarded to another node's primary (cluster only)."""
+    forwards_held: int = 0
+    """Requests for another node's primary that waited for its link to come back."""
     messages_held: int = 0
     """Peer messages that arrived for a group this node had not created yet (a new
     partition whose metadata op it had not applied), held until it had."""

@@ -12,6 +12,7 @@ and is killed in teardown.
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,9 @@ TICK_MS = 5
 PRIMARY_TIMEOUT_S = 20.0
 CATCH_UP_TIMEOUT_S = 30.0
 SESSION_END_WAIT_S = 3.0
+LINK_DOWN_S = 0.3
+"""How long a link stays blocked: well under a group's normal timeout (500 ticks of 5 ms),
+so no view change starts."""
 METADATA = "metadata"
 STORES = 20
 
@@ -251,15 +255,20 @@ def test_only_the_connection_that_logged_in_ends_the_session_when_it_closes(
         time.sleep(0.05)
 
 
-def send_to_partition_0(client: WireClient, stream: str, count: int) -> None:
-    """``count`` messages to partition 0 of topic "t" of ``stream``, acknowledged."""
+def send_status(client: WireClient, stream: str, count: int = 1) -> int:
+    """The status of a send of ``count`` messages to partition 0 of topic "t" of ``stream``."""
     body = wire.build_send_messages(
         wire.Identifier(stream),
         wire.Identifier("t"),
         wire.PartitionId(0),
         [wire.OutgoingMessage(index + 1, b"m") for index in range(count)],
     )
-    assert client.call_raw(int(CommandCode.SEND_MESSAGES), body).reply_header().status == 0
+    return client.call_raw(int(CommandCode.SEND_MESSAGES), body).reply_header().status
+
+
+def send_to_partition_0(client: WireClient, stream: str, count: int) -> None:
+    """``count`` messages to partition 0 of topic "t" of ``stream``, acknowledged."""
+    assert send_status(client, stream, count) == 0
 
 
 def test_a_backup_reads_the_stored_offset_the_primary_just_acknowledged(
@@ -344,3 +353,37 @@ def test_a_client_of_a_backup_reads_its_own_metadata_writes_at_once(
             )
             assert isinstance(topic, wire.TopicDetails)
             send_to_partition_0(client, stream, 3)
+
+
+def test_a_write_through_a_backup_waits_for_its_link_to_the_primary_to_come_back(
+    cluster: ChaosCluster,
+) -> None:
+    """A backup whose bus link to a partition's primary is down holds the client's write
+    until the link redials and forwards it then: before, it answered 58 at once, so every
+    drop of a link cost the backup's clients a refusal."""
+    stream = "link-back"
+    groups = create_topic(cluster, stream)
+    primary, _ = primary_of(cluster, groups[0])
+    backup = (primary + 1) % NODES
+    client, _ = login(cluster.client_addresses[backup])
+    with client:
+        send_to_partition_0(client, stream, 1)
+        before = cluster.runtime_stats(backup)
+        assert before is not None
+        cluster.proxy_command(
+            {"op": "block", "link": cluster.link_name(primary, backup), "blocked": True}
+        )
+        statuses: list[int] = []
+        try:
+            time.sleep(LINK_DOWN_S)  # the link is reset and its redials are refused
+            sender = threading.Thread(target=lambda: statuses.append(send_status(client, stream)))
+            sender.start()
+            time.sleep(LINK_DOWN_S)  # the write waits at the backup
+        finally:
+            cluster.proxy_command({"op": "heal"})
+        sender.join(timeout=CATCH_UP_TIMEOUT_S)
+        assert not sender.is_alive()
+        assert statuses == [0]
+        after = cluster.runtime_stats(backup)
+        assert after is not None
+        assert after["node"]["forwards_held"] > before["node"]["forwards_held"]
