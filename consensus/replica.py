@@ -333,6 +333,26 @@ class Replica:
     def is_primary(self) -> bool:
         return self.primary == self.replica
 
+    @property
+    def judges_requests(self) -> bool:
+        """Whether a ``ClientRequested`` fed now is judged (answered from the client
+        table, refused, absorbed or prepared) rather than dropped for this replica's state:
+        only a primary in normal status whose table reflects every committed op, in a view
+        whose log it holds, with no committed ops missing from its journal. A host holds
+        requests while this is false instead of re-deriving the rule."""
+        return (
+            self.status is Status.NORMAL
+            and self.is_primary
+            and self.commit_min == self.commit_max
+            and self.durable.log_view == self.view
+            and not self._backfill_pending
+        )
+
+    @property
+    def pipeline_has_room(self) -> bool:
+        """Whether a new request would find room in the pipeline (a full one drops it)."""
+        return self.op - self.commit_max < self.config.pipeline_prepares_max
+
     def step(self, event: Event) -> list[Action]:
         """Feed one event; return the actions for the host, in the order to execute them."""
         if isinstance(event, MessageReceived):
@@ -685,13 +705,7 @@ class Replica:
     def on_client_requested(self, event: ClientRequested) -> None:
         # Only a primary in normal status whose table reflects every committed op may
         # judge a request; anyone else drops it and the client retries elsewhere.
-        if not (
-            self.status is Status.NORMAL
-            and self.is_primary
-            and self.commit_min == self.commit_max
-            and self.durable.log_view == self.view
-            and not self._backfill_pending
-        ):
+        if not self.judges_requests:
             return
         register = (
             self.register_operation is not None and event.operation == self.register_operation
@@ -745,7 +759,7 @@ class Replica:
             )
             return
         assert verdict is Verdict.NEW
-        if self.op - self.commit_max >= self.config.pipeline_prepares_max:
+        if not self.pipeline_has_room:
             return  # pipeline full: the client retries
         if event.client_id == 0:
             return  # client id 0 is reserved

@@ -942,7 +942,9 @@ class GroupHost:
     # -- admission --------------------------------------------------------------------------
 
     def _admissible(self) -> bool:
-        """Whether the replica will judge a request now (see ``on_client_requested``)."""
+        """Whether a request can go on now: forwarded (a backup in normal status) or judged
+        by the replica (``Replica.judges_requests``, with room in its pipeline); otherwise
+        it waits in the queue, bounded by its submitter's timeout."""
         replica = self.replica
         if replica is None:
             return False
@@ -950,11 +952,7 @@ class GroupHost:
             return False
         if not replica.is_primary:
             return True  # refused or forwarded at once
-        return (
-            replica.commit_min == replica.commit_max
-            and replica.durable.log_view == replica.view
-            and replica.op - replica.commit_max < replica.config.pipeline_prepares_max
-        )
+        return replica.judges_requests and replica.pipeline_has_room
 
     async def _admit(self) -> None:
         replica = self.replica

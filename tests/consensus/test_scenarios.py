@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from consensus.messages import Prepare, PrepareOk, RequestPrepares
 from consensus.replica import Status
-from tests.consensus.harness import REGISTER, Cluster
+from consensus.testing import client_request
+from tests.consensus.harness import OPERATION, REGISTER, Cluster
 
 ALL_SIZES = [1, 3, 5]
 MULTI = [3, 5]
@@ -294,4 +297,58 @@ def test_repair_requests_are_bounded_chunks() -> None:
     cluster.run_until(lambda: cluster.nodes[lagging].replica.commit_min == 59)
     assert seen
     assert all(m.op_max - m.op_min + 1 <= cluster.config.repair_chunk_max for m in seen)
+    cluster.check_safety()
+
+
+def _check_judging(cluster: Cluster, probes: list[int]) -> tuple[int, int]:
+    """On every live replica, a fresh request is judged exactly when the replica says it
+    judges requests and has room (``Replica.judges_requests``, ``pipeline_has_room``),
+    the predicates a host holds requests on. Returns (judging, dropping) replicas seen."""
+    judging = dropping = 0
+    for node in cluster.nodes:
+        if not node.alive:
+            continue
+        probes.append(probes[-1] + 1)
+        probe = client_request(probes[-1], 1, 1, OPERATION, b"probe", 1_000)
+        replica = node.replica
+        if replica.judges_requests and replica.pipeline_has_room:
+            assert copy.deepcopy(replica).step(probe), f"replica {node.index} dropped it"
+            judging += 1
+        else:
+            assert replica.step(probe) == [], f"replica {node.index} judged it"
+            dropping += 1
+    return judging, dropping
+
+
+@pytest.mark.parametrize("replica_count", MULTI)
+def test_a_replica_judges_requests_exactly_when_it_says_so(replica_count: int) -> None:
+    """Through a full pipeline and a view change, the predicates a host waits on never
+    disagree with what the replica does with a request."""
+    cluster = Cluster(replica_count, seed=3)
+    probes = [10_000]
+    seen = [0, 0]
+
+    def check() -> None:
+        judging, dropping = _check_judging(cluster, probes)
+        seen[0] += judging
+        seen[1] += dropping
+
+    _commit_requests(cluster, 1, range(1, 3))
+    check()
+    primary = cluster.primary()
+    assert primary is not None
+    cluster.message_filter = lambda _s, _t, m: not isinstance(m, PrepareOk)
+    for client_id in range(20, 20 + cluster.config.pipeline_prepares_max):
+        cluster.request(client_id, 1, to=primary.index)
+    cluster.settle()
+    assert not primary.replica.pipeline_has_room
+    check()
+    cluster.crash(primary.index)
+    cluster.message_filter = None
+    for _ in range(400):
+        cluster.tick()
+        cluster.pump()
+        check()
+    assert seen[0] > 0 and seen[1] > 0
+    cluster.run_until(cluster.converged)
     cluster.check_safety()
