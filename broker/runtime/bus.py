@@ -59,12 +59,12 @@ import random
 import struct
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import trio
 
 from broker.core.refusals import RefusalLimiter
-from broker.runtime.config import parse_address
+from broker.runtime.config import Config, parse_address
 from broker.runtime.group import (
     GroupHost,
     Outcome,
@@ -73,12 +73,10 @@ from broker.runtime.group import (
     SessionLost,
     Submission,
 )
+from broker.runtime.stats import NodeCounters
 from consensus import ClientError, Message, MessageError, Prepare, decode_message, encode_message
 from consensus.messages import MESSAGE_SIZE_MAX, Commit
 from sdk.wire import IggyErrorCode
-
-if TYPE_CHECKING:
-    from broker.runtime.node import Node
 
 log = logging.getLogger("viewstream.bus")
 
@@ -204,10 +202,24 @@ class _Handshake:
     evicted: bool = False
 
 
+class BusHost(Protocol):
+    """What the bus needs from its node: the groups it delivers to and the counters it
+    keeps (a test may stand in for it)."""
+
+    config: Config
+    counters: NodeCounters
+    groups: dict[int, GroupHost]
+    metadata: GroupHost
+
+    async def wait_group(self, group_id: int, timeout_s: float) -> GroupHost | None:
+        """The host of ``group_id`` once committed metadata creates it here (bounded)."""
+        ...
+
+
 class ReplicaBus:
     """The bus of one node; see the module docstring."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: BusHost) -> None:
         config = node.config
         assert config.cluster_secret is not None
         self._node = node

@@ -56,7 +56,7 @@ import logging
 import math
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import Final, Protocol
 
 import trio
 
@@ -65,7 +65,10 @@ from broker.core.admission import (
     IncomingFrameBytes,
     UnauthenticatedConnections,
 )
+from broker.core.connections import ConnectionContext, Response
 from broker.core.refusals import RefusalLimiter
+from broker.runtime.config import Config, Limits
+from broker.runtime.stats import NodeCounters
 from sdk.wire import (
     NEED_MORE_BYTES,
     Buffer,
@@ -81,13 +84,6 @@ from sdk.wire import (
     build_reply_frame,
 )
 from sdk.wire.header import peek_size
-
-if TYPE_CHECKING:
-    from broker.runtime.node import Node
-
-from broker.runtime.config import Config, Limits
-from broker.runtime.node import ConnectionContext, Response
-from broker.runtime.stats import NodeCounters
 
 log = logging.getLogger("viewstream.connection")
 
@@ -134,6 +130,18 @@ class Host(Protocol):
     async def handle(self, context: ConnectionContext, frame: Frame) -> Response: ...
 
     def log_refusal(self, context: ConnectionContext, command: str, reason: str) -> None: ...
+
+
+class Listener(Host, Protocol):
+    """What serving an accepted connection needs from its node, beyond ``Host``."""
+
+    open_connections: set[Connection]
+
+    def connection_opened(self) -> bool:
+        """Take a place among ``limits.connections_max``; False when they are all taken."""
+        ...
+
+    def connection_closed(self, context: ConnectionContext) -> None: ...
 
 
 def logged_in(context: ConnectionContext) -> bool:
@@ -529,7 +537,7 @@ def _peer_address(stream: trio.abc.Stream) -> str:
     return f"{peer[0]}:{peer[1]}"
 
 
-async def serve_connection(node: Node, stream: trio.abc.Stream) -> None:
+async def serve_connection(node: Listener, stream: trio.abc.Stream) -> None:
     """Serve one accepted client connection (plain TCP or TLS) until it ends."""
     address = _peer_address(stream)
     host = address.rpartition(":")[0] or address
@@ -551,7 +559,11 @@ async def serve_connection(node: Node, stream: trio.abc.Stream) -> None:
 
 
 async def _serve_admitted(
-    node: Node, stream: trio.abc.Stream, address: str, guard: ConnectionGuard, slot: _AddressSlot
+    node: Listener,
+    stream: trio.abc.Stream,
+    address: str,
+    guard: ConnectionGuard,
+    slot: _AddressSlot,
 ) -> None:
     if not node.connection_opened():
         await trio.aclose_forcefully(stream)

@@ -65,7 +65,6 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -73,13 +72,14 @@ import trio
 
 from broker import __version__
 from broker.core.capacity import beyond_capacity
+from broker.core.connections import ConnectionContext, Response
 from broker.core.identity import (
     internal_checksum,
     register_checksum,
     request_checksum,
     stamped_checksum_valid,
 )
-from broker.core.refusals import RefusalLimiter, refusal_line
+from broker.core.refusals import refusal_line
 from broker.runtime.config import Config, parse_address
 from broker.runtime.disk import DiskGuard
 from broker.runtime.flush import Flusher
@@ -217,42 +217,6 @@ def partition_group_id(stream_id: int, topic_id: int, partition_id: int, created
         struct.pack("<QQQ", stream_id, topic_id, created_op), digest_size=5
     ).digest()
     return (1 << 61) | (int.from_bytes(digest, "little") << 20) | partition_id
-
-
-@dataclass(slots=True)
-class ConnectionContext:
-    """What the node remembers about one client connection."""
-
-    address: str
-    client_id: int = 0
-    #: The session this connection registered (its login opened it), ended when it
-    #: closes; connections that joined the same session leave it alone when they close.
-    registered_session: int = 0
-    #: The session this connection may act in: the one its latest login opened or joined
-    #: (a repeated register of a live session of the same user and client id). A request
-    #: under any other session is refused with 40, whoever's it is.
-    bound_session: int = 0
-    #: The session this connection acts for in partition requests, once the client
-    #: attached it (ATTACH_CONSUMER_SESSION): the session it holds on its coordinator
-    #: node, whose consumer-group memberships its polls and offset writes use.
-    attached_session: int = 0
-    #: The highest op of each group this connection was answered with.
-    seen: dict[int, int] = field(default_factory=dict)
-    #: This connection's budget of refusal log lines.
-    refusals: RefusalLimiter = field(default_factory=RefusalLimiter)
-
-
-@dataclass(frozen=True, slots=True)
-class Response:
-    """The frame(s) answering one request, and whether to close the connection after.
-
-    ``refusal`` says why, when the answer refuses the request for a reason an operator
-    should see (``broker.core.refusals``): it is logged once, rate-limited per connection.
-    """
-
-    parts: list[wire.Buffer]
-    close: bool = False
-    refusal: str = ""
 
 
 class Node:

@@ -17,9 +17,9 @@ import pytest
 import trio
 import trio.testing
 
+from broker.core.connections import ConnectionContext, Response
 from broker.runtime.config import load_config
 from broker.runtime.connection import Connection
-from broker.runtime.node import ConnectionContext, Response
 from broker.runtime.stats import NodeCounters
 from sdk import wire
 from sdk.wire import (

@@ -24,9 +24,9 @@ from broker.core.admission import (
     IncomingFrameBytes,
     UnauthenticatedConnections,
 )
+from broker.core.connections import ConnectionContext, Response
 from broker.runtime.config import ConfigError, load_config
 from broker.runtime.connection import Connection, connection_guard
-from broker.runtime.node import ConnectionContext, Response
 from broker.runtime.stats import NodeCounters
 from sdk import wire
 from sdk.wire import (
