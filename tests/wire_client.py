@@ -41,10 +41,18 @@ class WireClient:
         timeout_s: Bound on every connect, send and receive.
     """
 
-    def __init__(self, address: str, *, timeout_s: float = TIMEOUT_S_DEFAULT) -> None:
+    def __init__(
+        self, address: str, *, timeout_s: float = TIMEOUT_S_DEFAULT, source: str | None = None
+    ) -> None:
+        """Connect to ``address``, from the local IP ``source`` if given (any address of
+        127.0.0.0/8 is this machine: a test's second client host)."""
         host, _, port = address.rpartition(":")
         self.address = address
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        self.sock = socket.create_connection(
+            (host, int(port)),
+            timeout=timeout_s,
+            source_address=None if source is None else (source, 0),
+        )
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.client_id = int.from_bytes(os.urandom(16), "little") | 1
         self.session = 0

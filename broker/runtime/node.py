@@ -877,19 +877,25 @@ class Node:
 
     async def _check_password(self, stored: PasswordHash, password: str) -> bool:
         """scrypt verification in a worker thread, within the node's password-check bound."""
-        return await trio.to_thread.run_sync(
-            verify_password, stored, password, limiter=self._password_checks
-        )
+        try:
+            return await trio.to_thread.run_sync(
+                verify_password, stored, password, limiter=self._password_checks
+            )
+        finally:
+            self.counters.password_checks += 1
 
     async def _hash_new_password(self, password: str) -> PasswordHash:
         """scrypt with a salt drawn here, in a worker thread within the same bound."""
         salt = os.urandom(SALT_SIZE_BYTES)
-        return await trio.to_thread.run_sync(
-            functools.partial(hash_password, n=self._scrypt_n),
-            password,
-            salt,
-            limiter=self._password_checks,
-        )
+        try:
+            return await trio.to_thread.run_sync(
+                functools.partial(hash_password, n=self._scrypt_n),
+                password,
+                salt,
+                limiter=self._password_checks,
+            )
+        finally:
+            self.counters.password_checks += 1
 
     @property
     def _scrypt_n(self) -> int:

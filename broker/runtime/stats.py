@@ -84,6 +84,10 @@ class NodeCounters:
     """Bytes read from client sockets."""
     bytes_sent: int = 0
     """Bytes written to client sockets."""
+    password_checks: int = 0
+    """scrypt computations run for clients: password checks at login and hashes of new
+    passwords (CREATE_USER, CHANGE_PASSWORD); refused logins that never reached the check
+    (unknown user, throttled) are not counted."""
     forwarded: int = 0
     """Requests this node forwarded to another node's primary (cluster only)."""
     forwards_held: int = 0

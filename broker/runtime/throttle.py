@@ -4,9 +4,10 @@ Purpose: a password check is an scrypt verification, tens of milliseconds of CPU
 of wrong passwords must neither take the CPU from every other client nor be a guessing
 oracle at the speed of the hardware. Two bounds, both in the node:
 
-1. At most ``PASSWORD_CHECKS_CONCURRENT`` password checks or hashes run at once (one
-   ``trio.CapacityLimiter`` for login, user creation and password change), so however
-   many connections flood, they hold one core at most.
+1. At most ``PASSWORD_CHECKS_CONCURRENT`` (2) password checks or hashes run at once
+   (one ``trio.CapacityLimiter`` for login, user creation and password change), so
+   however many connections flood, they hold two worker threads at most, and one
+   address one of them (3).
 2. After ``FREE_FAILURES`` failed logins from one host (an unknown user counts), each
    further login from it first waits ``BASE_DELAY_S``, doubling with each failure, up to
    ``MAX_DELAY_S``. A success from the host clears its count; a count is forgotten
@@ -14,9 +15,10 @@ oracle at the speed of the hardware. Two bounds, both in the node:
    remembered, the least recently failed forgotten first, so memory is bounded.
 
 3. One login of a host at a time waits out that host's delay and checks its password
-   (``HostTurns``), before it joins the node-wide queue of bound 1. However many
-   connections one address opens, it holds one place in that queue, so a login from
-   another address waits for at most one check of the flooding address before its own.
+   (``HostTurns``), before it joins the node-wide queue. However many connections one
+   address opens, it holds one place in that queue, so while one address floods, a
+   login from another address finds the second check free and waits for none of the
+   flood's checks (for at most one when another address holds that one).
    At most ``HOST_LOGINS_WAITING_MAX`` logins of a failing host (one with a delay) wait
    for its turn; more are refused at once as transient (58), without a check.
 
@@ -35,7 +37,9 @@ from typing import Final
 
 import trio
 
-PASSWORD_CHECKS_CONCURRENT: Final = 1
+PASSWORD_CHECKS_CONCURRENT: Final = 2
+"""Password checks at once, node-wide: one more than a single address may hold, so one
+address's flood never makes another address's login wait (invariant 3)."""
 FREE_FAILURES: Final = 3
 BASE_DELAY_S: Final = 0.05
 MAX_DELAY_S: Final = 2.0

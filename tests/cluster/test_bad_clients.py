@@ -16,6 +16,7 @@ deals with a bad client (a blocked event loop, a lock, a queue that never drains
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import selectors
@@ -52,6 +53,12 @@ BASELINE_FLOOR_S = 0.005
 LATENCY_CAP_S = 5.0
 IDLE_CONNECTIONS = 1000
 STREAM = "kept"
+FLOODERS = 48
+"""Connections of the flooding address logging in at once."""
+OTHER_HOST = "127.0.0.2"
+"""Another client address on this machine (all of 127.0.0.0/8 is loopback)."""
+OTHER_LOGINS = 5
+RUNTIME_STATS_CODE = 9000
 TOPIC = "t"
 
 _DESTRUCTIVE = ("DELETE", "PURGE", "UPDATE", "LOGOUT", "CHANGE_PASSWORD")
@@ -494,3 +501,65 @@ def test_a_flood_of_wrong_passwords_is_refused_and_others_keep_their_latency(
             assert time.monotonic() < deadline, "the right password never got its turn"
             time.sleep(0.2)
     _check_intact(node)
+
+
+def _right_logins(address: str, stop: threading.Event, served: list[int]) -> None:
+    """Log in with the right password in a loop: logins no throttle delays, each one a
+    password check, so only the node's per-address turn keeps them from the queue."""
+    while not stop.is_set():
+        try:
+            with WireClient(address, timeout_s=LATENCY_CAP_S * 2) as client:
+                client.login("iggy", ROOT_PASSWORD)
+                served.append(1)
+        except (OSError, wire.ServerRejected):
+            pass
+
+
+def _password_checks(client: WireClient) -> int:
+    frame = client.call_raw(RUNTIME_STATS_CODE)
+    assert frame.reply_header().status == 0
+    checks = json.loads(bytes(frame.body))["node"]["password_checks"]
+    assert isinstance(checks, int)
+    return checks
+
+
+def test_a_login_flood_from_one_address_delays_another_addresss_login_by_one_check(
+    node: Node,
+) -> None:
+    """FLOODERS connections of 127.0.0.1 log in as fast as they can; a login from
+    127.0.0.2 is checked beside the flood's one check in progress, however many of the
+    flood's logins wait: the node queues one login per address for its password checks.
+    Counted in checks, not timed (the times are printed): a node that queued every login
+    in arrival order would run about FLOODERS checks in the window."""
+    stop = threading.Event()
+    served: list[int] = []
+    flooders = [
+        threading.Thread(target=_right_logins, args=(node.address, stop, served), daemon=True)
+        for _ in range(FLOODERS)
+    ]
+    windows: list[int] = []
+    took: list[float] = []
+    try:
+        with WireClient(node.address, source=OTHER_HOST) as watcher:
+            watcher.login("iggy", ROOT_PASSWORD)
+            for thread in flooders:
+                thread.start()
+            deadline = time.monotonic() + LATENCY_CAP_S
+            while len(served) < FLOODERS:  # every flooder has logged in once: it is on
+                assert time.monotonic() < deadline, "the flood never got going"
+                time.sleep(0.01)
+            for _ in range(OTHER_LOGINS):
+                before = _password_checks(watcher)
+                started = time.perf_counter()
+                with WireClient(node.address, source=OTHER_HOST) as other:
+                    other.login("iggy", ROOT_PASSWORD)
+                took.append(time.perf_counter() - started)
+                windows.append(_password_checks(watcher) - before)
+    finally:
+        stop.set()
+        for thread in flooders:
+            thread.join(timeout=LATENCY_CAP_S * 2)
+    print(f"checks per window {windows}, logins took {[round(t * 1000) for t in took]} ms")
+    # Its own check, the flood's one in progress, and one more of the flood's that may
+    # complete during each of the two stats reads around the login.
+    assert max(windows) <= 4, windows
