@@ -61,6 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="time spent injecting faults",
     )
     parser.add_argument(
+        "--faults-min",
+        type=int,
+        default=0,
+        metavar="N",
+        help="apply at least N faults, past --duration if need be",
+    )
+    parser.add_argument(
         "--faults",
         type=_kinds,
         default=FAULT_KINDS,
@@ -106,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=args.seed,
         duration_s=args.duration,
         kinds=args.faults,
+        faults_min=args.faults_min,
         hold_s=args.hold,
         gap_s=args.gap,
         recover_timeout_s=args.recover_timeout,

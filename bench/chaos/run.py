@@ -73,6 +73,9 @@ class ChaosConfig:
         seed: Draws the fault schedule, the workload's choices and the proxy's drops.
         duration_s: How long faults are injected (the run takes longer: start, heal,
             checks).
+        faults_min: Faults applied even past ``duration_s`` (a slow machine recovers
+            slowly and would otherwise apply fewer): the schedule deals every kind once
+            per round, so ``len(kinds)`` faults cover every kind.
         kinds: Fault kinds to draw from.
         hold_s: Range of how long a fault lasts.
         gap_s: Range of fault-free load between a recovery and the next fault.
@@ -91,6 +94,7 @@ class ChaosConfig:
     seed: int
     duration_s: float
     kinds: tuple[str, ...] = FAULT_KINDS
+    faults_min: int = 0
     hold_s: tuple[float, float] = (2.0, 6.0)
     gap_s: tuple[float, float] = (1.0, 3.0)
     recover_timeout_s: float = 90.0
@@ -616,7 +620,8 @@ class ChaosRun:
         deadline = trio.current_time() + config.duration_s
         while True:
             plan = schedule.next()
-            if trio.current_time() + plan.hold_s > deadline:
+            owed = len(self.report.faults) < config.faults_min
+            if not owed and trio.current_time() + plan.hold_s > deadline:
                 await trio.sleep_until(max(trio.current_time(), deadline))
                 return
             record = FaultRecord(plan)
@@ -637,6 +642,9 @@ class ChaosRun:
                     f"{config.recover_timeout_s:.0f} s: {missing}"
                 )
                 return
+            if len(self.report.faults) < config.faults_min:
+                await trio.sleep(plan.gap_s)
+                continue
             with trio.move_on_at(deadline):
                 await trio.sleep(plan.gap_s)
             if trio.current_time() >= deadline:
