@@ -258,6 +258,9 @@ class Node:
         self._autocommit: dict[int, dict[Any, tuple[PartitionRoute, int, int]]] = {}
         self._autocommit_running: set[int] = set()
         self._purging: set[int] = set()
+        # Partition groups whose committed purge generation may be ahead of their state:
+        # the only ones the maintenance pass looks at, so idle partitions cost it nothing.
+        self._purges_due: dict[int, None] = {}
         self._bootstrapping = False
         self.stopping = False
         self.connections = 0
@@ -342,8 +345,11 @@ class Node:
         for group_id in [g for g in self._refs if g not in wanted]:
             self._remove_partition(group_id)
         for group_id, ref in wanted.items():
-            if group_id not in self._refs:
+            known = self._refs.get(group_id)
+            if known is None:
                 self._add_partition(group_id, ref)
+            if ref.purge_generation > (0 if known is None else known.purge_generation):
+                self._purges_due[group_id] = None
             self._refs[group_id] = ref
 
     def _add_partition(self, group_id: int, ref: PartitionRef) -> None:
@@ -568,14 +574,22 @@ class Node:
             self._bootstrapping = False
 
     def _maybe_purge(self) -> None:
+        """Truncate, as primary, each partition whose committed purge it has not applied;
+        a partition leaves ``_purges_due`` once its state has (on any replica)."""
         assert self._nursery is not None
-        for group_id, ref in list(self._refs.items()):
+        for group_id in list(self._purges_due):
+            ref = self._refs.get(group_id)
             host = self.groups.get(group_id)
-            if host is None or host.partition_machine is None or not host.is_primary:
+            if ref is None or host is None:
+                del self._purges_due[group_id]  # deleted since
                 continue
-            if group_id in self._purging:
+            machine = host.partition_machine
+            if machine is None:
+                continue  # still opening, or failed until its storage opens
+            if machine.state.purge_generation >= ref.purge_generation:
+                del self._purges_due[group_id]
                 continue
-            if host.partition_machine.state.purge_generation < ref.purge_generation:
+            if host.is_primary and group_id not in self._purging:
                 self._purging.add(group_id)
                 self._nursery.start_soon(self._purge, host, ref.purge_generation)
 

@@ -12,7 +12,14 @@ import os
 import time
 from pathlib import Path
 
-from broker.runtime.disk import DiskGuard, DiskScan, scan_disk
+from broker.runtime.disk import (
+    DISK_SCAN_INTERVAL_S,
+    WALK_DUTY_MAX,
+    DiskGuard,
+    DiskScan,
+    next_walk_at,
+    scan_disk,
+)
 from sdk import wire
 from sdk.wire import CommandCode, IggyErrorCode
 from tests.runtime.processes import ROOT_PASSWORD, start_node
@@ -41,6 +48,28 @@ def test_usage_counts_every_file_by_size_and_appends_between_scans(tmp_path: Pat
     assert not guard.full  # a new scan replaces the estimate
     guard.update(DiskScan(used_bytes=0, free_bytes=99))
     assert guard.full_reason is not None and "kept free" in guard.full_reason
+
+
+def test_free_space_readings_between_walks_keep_the_appends_since_the_walk(
+    tmp_path: Path,
+) -> None:
+    guard = DiskGuard(tmp_path, budget_bytes=10_000, free_min_bytes=100)
+    guard.update(DiskScan(used_bytes=6000, free_bytes=1_000_000))
+    guard.note_appended(3000)
+    guard.update_free(999_000)  # the file system saw the appends; the usage has not
+    assert (guard.used_bytes, guard.free_bytes) == (9000, 999_000)
+    guard.note_appended(1001)
+    assert guard.full_reason is not None and "over its budget" in guard.full_reason
+    assert guard.free_bytes == 999_000 - 1001
+    guard.update(DiskScan(used_bytes=10_001, free_bytes=998_000))
+    assert (guard.used_bytes, guard.free_bytes) == (10_001, 998_000)
+
+
+def test_a_slow_walk_waits_longer_so_it_takes_a_bounded_share_of_the_time() -> None:
+    assert next_walk_at(100.0, 0.001) == 100.0 + DISK_SCAN_INTERVAL_S
+    slow = 0.05
+    assert next_walk_at(100.0, slow) == 100.0 + slow / WALK_DUTY_MAX
+    assert slow / (next_walk_at(100.0, slow) - 100.0) <= WALK_DUTY_MAX
 
 
 def _send(client: WireClient, first_id: int, count: int) -> int:
