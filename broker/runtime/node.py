@@ -51,7 +51,6 @@ TransientNotAccepted and the client routes again.
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import os
 import platform
@@ -61,7 +60,6 @@ import secrets
 import shutil
 import socket
 import ssl
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -79,6 +77,7 @@ from broker.core.identity import (
     request_checksum,
     stamped_checksum_valid,
 )
+from broker.core.reconcile import reconcile
 from broker.core.refusals import refusal_line
 from broker.runtime.config import Config, parse_address
 from broker.runtime.disk import DiskGuard
@@ -206,19 +205,6 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
-def partition_group_id(stream_id: int, topic_id: int, partition_id: int, created_op: int) -> int:
-    """The consensus group id of a partition, the same on every node.
-
-    Partitions of one topic created by one op get consecutive ids, so their primaries
-    (``(view + group) % n``) are dealt round-robin over the nodes; the hash keeps a
-    recreated partition (a new ``created_op``) apart from its predecessor.
-    """
-    digest = hashlib.blake2b(
-        struct.pack("<QQQ", stream_id, topic_id, created_op), digest_size=5
-    ).digest()
-    return (1 << 61) | (int.from_bytes(digest, "little") << 20) | partition_id
-
-
 class Node:
     """One viewstream node; see the module docstring."""
 
@@ -336,21 +322,14 @@ class Node:
         machine = self.metadata.metadata
         if machine is None or self._nursery is None:
             return
-        wanted: dict[int, PartitionRef] = {}
-        for ref in machine.state.partition_refs():
-            group_id = partition_group_id(
-                ref.stream_id, ref.topic_id, ref.partition_id, ref.created_op
-            )
-            wanted[group_id] = ref
-        for group_id in [g for g in self._refs if g not in wanted]:
+        change = reconcile(self._refs, machine.state.partition_refs())
+        for group_id in change.remove:
             self._remove_partition(group_id)
-        for group_id, ref in wanted.items():
-            known = self._refs.get(group_id)
-            if known is None:
-                self._add_partition(group_id, ref)
-            if ref.purge_generation > (0 if known is None else known.purge_generation):
-                self._purges_due[group_id] = None
-            self._refs[group_id] = ref
+        for group_id, ref in change.add:
+            self._add_partition(group_id, ref)
+        for group_id in change.purge_due:
+            self._purges_due[group_id] = None
+        self._refs.update(change.refs)
 
     def _add_partition(self, group_id: int, ref: PartitionRef) -> None:
         assert self._nursery is not None
