@@ -39,13 +39,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from broker.core.reconcile import METADATA_GROUP
 from consensus.messages import Prepare
 from consensus.replica import Replica, Status
 from sdk import wire
 from sim.client import READS, Client, Kind, Pending
 from sim.model import MetadataModel, PartitionModel
 from sim.network import ClientReply
-from sim.node import METADATA_GROUP
 
 FailureKind = Literal["correctness", "liveness"]
 

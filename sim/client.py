@@ -39,13 +39,14 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from broker.core.identity import request_checksum
+from broker.core.reconcile import METADATA_GROUP
 from broker.state.codec import encode_command
 from broker.state.credentials import hash_password
 from broker.state.metadata import CreateRootUser, Register
 from sdk import wire
 from sdk.wire.codes import CommandCode
 from sim.network import ClientReply, ClientRequest
-from sim.node import METADATA_GROUP, SYSTEM_CODE
+from sim.node import SYSTEM_CODE
 from sim.options import Options
 
 ROOT_USERNAME: Final = "iggy"

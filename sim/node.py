@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final, Protocol
 
 from broker.core.identity import internal_checksum, register_checksum, request_checksum
+from broker.core.reconcile import METADATA_GROUP
 from broker.state.codec import encode_command
 from broker.state.errors import ErrorCode, StateError
 from broker.state.metadata import MetadataCommand
@@ -75,7 +76,6 @@ from sim.rng import stream
 
 TICK_US: Final = 10_000
 """One tick is 10 ms of simulated wall clock, as in production."""
-METADATA_GROUP: Final = 0
 STREAM_ID: Final = 0
 TOPIC_ID: Final = 0
 SYSTEM_CODE: Final = 0

@@ -27,11 +27,14 @@ import hashlib
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from broker.state.metadata import PartitionRef
 
-PARTITION_GROUP_BIT = 1 << 61
-"""Set in every partition group id: the metadata group's id (0) can never collide."""
+METADATA_GROUP: Final = 0
+"""The consensus group id of the metadata group, on every node."""
+PARTITION_GROUP_BIT: Final = 1 << 61
+"""Set in every partition group id, so none is ever the metadata group's."""
 
 
 def partition_group_id(stream_id: int, topic_id: int, partition_id: int, created_op: int) -> int:

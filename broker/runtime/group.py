@@ -127,8 +127,6 @@ the delay it adds to the first request after a long idle spell."""
 EVENTS_PER_PASS_MAX: Final = 256
 """Events stepped before the loop yields to other tasks."""
 
-METADATA_GROUP: Final = 0
-"""The metadata group's id; partition groups have ids above it."""
 
 DESCRIPTOR_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE})
 """A file could not be opened for want of a descriptor, the process's or the system's:

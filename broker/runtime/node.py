@@ -77,13 +77,20 @@ from broker.core.identity import (
     request_checksum,
     stamped_checksum_valid,
 )
-from broker.core.reconcile import reconcile
+from broker.core.reconcile import METADATA_GROUP, reconcile
 from broker.core.refusals import refusal_line
+from broker.core.sessions import (
+    MetadataView,
+    SessionEvicted,
+    SessionOk,
+    SessionRefused,
+    SessionWait,
+    check_session,
+)
 from broker.runtime.config import Config, parse_address
 from broker.runtime.disk import DiskGuard
 from broker.runtime.flush import Flusher
 from broker.runtime.group import (
-    METADATA_GROUP,
     PARTITION_DESCRIPTORS,
     REQUEST_MISMATCH_STATUS,
     GroupHost,
@@ -802,38 +809,29 @@ class Node:
     async def _check_session(
         self, context: ConnectionContext, header: RequestHeader
     ) -> Response | None:
-        if header.session == 0:
-            return _status(header, ErrorCode.UNAUTHENTICATED, refusal="not logged in (session 0)")
-        if header.session != context.bound_session:
-            # A session is served only on a connection that logged in to it: knowing a
-            # (client id, session) pair is not enough.
-            refusal = "the session was not opened or joined by a login on this connection"
-            return _status(header, ErrorCode.UNAUTHENTICATED, refusal=refusal)
-        # A session is the op of its register: wait until this node has applied it, if
-        # this node has heard of that op at all (a made-up session is not waited for).
-        metadata = self.metadata
-        seen = context.seen.get(METADATA_GROUP, 0)
-        if header.session <= max(metadata.known_op, seen):
-            await self._catch_up(metadata, header.session)
-        if header.session > metadata.applied_op and not (
-            metadata.is_primary and header.session > metadata.known_op
-        ):
-            # Not applied here yet: the other replicas may have committed the register
-            # while this one lags. Only a primary in normal status has every committed op
-            # in its log, so only it may take a session above all it knows for made up.
-            return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
-        machine = metadata.metadata
-        assert machine is not None
-        try:
-            info = machine.state.session(header.session)
-        except StateError:
-            return _evict(header.client, EvictionReason.NO_SESSION, "no such session")
-        if info.client_id != header.client:
-            return _evict(
-                header.client, EvictionReason.NO_SESSION, "the session is another client id's"
-            )
+        """Carry out ``broker.core.sessions.check_session``: None to go on, or the answer."""
+        verdict = check_session(context, header.session, header.client, self._metadata_view())
+        if isinstance(verdict, SessionWait):
+            await self._catch_up(self.metadata, verdict.op)
+            view = self._metadata_view()
+            verdict = check_session(context, header.session, header.client, view, waited=True)
+        if isinstance(verdict, SessionRefused):
+            if verdict.status == IggyErrorCode.TRANSIENT_NOT_ACCEPTED:
+                return self._refused(header, verdict.status)
+            return _status(header, verdict.status, refusal=verdict.refusal)
+        if isinstance(verdict, SessionEvicted):
+            return _evict(header.client, verdict.reason, verdict.why)
+        assert isinstance(verdict, SessionOk)
         context.client_id = header.client
         return None
+
+    def _metadata_view(self) -> MetadataView:
+        metadata = self.metadata
+        machine = metadata.metadata
+        assert machine is not None
+        return MetadataView(
+            metadata.applied_op, metadata.known_op, metadata.is_primary, machine.state.session
+        )
 
     async def _catch_up(self, host: GroupHost, op: int) -> None:
         """Wait (bounded) until ``host`` has applied ``op``. A backup that has not asks the
