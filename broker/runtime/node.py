@@ -192,6 +192,10 @@ server decide about codes it does not define; the official SDK sends such codes 
 ``send_binary_request``)."""
 SALT_SIZE_BYTES: Final = 16
 """Bytes of OS randomness drawn for each new password hash (on the node that proposes it)."""
+_LEGACY_LOGIN_CODES: Final = frozenset(
+    {int(CommandCode.LOGIN_USER), int(CommandCode.LOGIN_WITH_PERSONAL_ACCESS_TOKEN)}
+)
+"""Iggy's logins before the register handshake (38, 44): evicted with MalformedLogin."""
 POLL_RESYNC_PARTITION: Final = 0xFFFF_FFFF
 """A poll reply for this partition id tells a consumer-group member to re-sync."""
 TRANSPORT_TCP: Final = 1
@@ -765,11 +769,24 @@ class Node:
             validate_request_header(header)
         except ProtocolError as error:
             return _protocol_failure(header, error)
-        if header.operation is Operation.NON_REPLICATED and header.code == RUNTIME_STATS_CODE:
-            return await self._runtime_stats(context, header)
+        if header.operation is Operation.NON_REPLICATED:
+            if header.code in _LEGACY_LOGIN_CODES:
+                # Logins go through the register handshake only; as Iggy, the legacy
+                # codes are refused whole, logged in or not, so the client fails fast.
+                return _evict(header.client, EvictionReason.MALFORMED_LOGIN, "a legacy login")
+            if header.code == RUNTIME_STATS_CODE:
+                return await self._runtime_stats(context, header)
         try:
             code = request_command_code(header)
         except ProtocolError as error:
+            if header.operation is Operation.NON_REPLICATED and context.bound_session == 0:
+                # Before login every code but PING gets 40, known to this node or not,
+                # as Iggy answers: a client learns what to do first, not what we lack.
+                return _status(header, ErrorCode.UNAUTHENTICATED)
+            if header.code == CommandCode.FLUSH_UNSAVED_BUFFER:
+                # Messages are written as they commit; there is no buffer to flush on
+                # demand, and an empty OK would vouch for a sync nobody asked the disk for.
+                return _status(header, ErrorCode.FEATURE_UNAVAILABLE)
             return _status(header, int(error.code))
         log.debug("request %d from %x: %s", header.request, header.client, code.name)
         if code is CommandCode.PING:

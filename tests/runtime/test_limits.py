@@ -239,6 +239,31 @@ def test_unknown_command_code_is_answered_with_invalid_command(limited: NodeProc
         client.ping()  # a well-framed request of an unknown kind keeps the connection
 
 
+def test_before_login_every_code_but_ping_gets_40_known_or_not(limited: NodeProcess) -> None:
+    with WireClient(limited.address) as client:
+        for code in (9999, int(CommandCode.GET_STREAMS), int(CommandCode.FLUSH_UNSAVED_BUFFER)):
+            reply = client.call_raw(code, b"")
+            assert reply.reply_header().status == IggyErrorCode.UNAUTHENTICATED, code
+        client.ping()  # answered, and the connection is kept for the login
+        client.login("iggy", ROOT_PASSWORD)
+        # Logged in: Iggy's answer to a flush it cannot do (there is no unsaved buffer).
+        flush = client.call_raw(int(CommandCode.FLUSH_UNSAVED_BUFFER), b"")
+        assert flush.reply_header().status == IggyErrorCode.FEATURE_UNAVAILABLE
+
+
+def test_legacy_login_codes_are_evicted_as_malformed_logins(limited: NodeProcess) -> None:
+    legacy = (int(CommandCode.LOGIN_USER), int(CommandCode.LOGIN_WITH_PERSONAL_ACCESS_TOKEN))
+    for code, logged_in in ((legacy[0], False), (legacy[1], False), (legacy[0], True)):
+        with WireClient(limited.address) as client:
+            if logged_in:
+                client.login("iggy", ROOT_PASSWORD)
+            frame = client.call_raw(code, wire.LoginRegister("iggy", ROOT_PASSWORD).encode())
+            assert frame.command is wire.Command.EVICTION, code
+            assert frame.eviction_header().reason is EvictionReason.MALFORMED_LOGIN
+            assert _read_until_closed(client.sock, 5) == b""
+    _healthy(limited)
+
+
 def test_batch_with_a_bad_checksum_is_refused_and_nothing_is_stored(
     limited: NodeProcess,
 ) -> None:
