@@ -137,6 +137,7 @@ from broker.state.plane import (
     PartitionStats,
     change_password_command,
     check_password,
+    check_username,
     create_user_command,
     metadata_command,
     purge_body,
@@ -1161,6 +1162,7 @@ class Node:
         denied = state.permits(header.session, Action.MANAGE_USERS)
         if denied is not None:
             return _status(header, int(denied))
+        check_username(request.username)  # before the hash: refusals cost no scrypt
         check_password(request.password)
         digest = await self._hash_new_password(request.password)
         command = create_user_command(request, digest)

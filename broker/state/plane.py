@@ -46,6 +46,8 @@ from broker.state.codec import SYSTEM_OPERATIONS, decode_command
 from broker.state.credentials import PasswordHash, verify_password
 from broker.state.errors import ErrorCode, StateError
 from broker.state.metadata import (
+    USERNAME_LENGTH_MAX,
+    USERNAME_LENGTH_MIN,
     ApplyContext,
     ChangePassword,
     ConsumerGroupCreated,
@@ -179,6 +181,8 @@ def metadata_command(code: CommandCode, payload: wire.RequestPayload) -> Metadat
             return DeleteUser(user_id.value)
         case CommandCode.UPDATE_USER, wire.UpdateUser(user_id, username, status, options):
             _no_user_options(options)
+            if username is not None:
+                check_username(username)
             return UpdateUser(
                 user_id.value, username, None if status is None else UserStatus(int(status))
             )
@@ -193,19 +197,36 @@ PASSWORD_LENGTH_MAX: Final = 100
 
 
 def check_password(password: str) -> None:
-    """Refuse a new password outside Iggy's length bounds, before anything is hashed.
+    """Refuse a new password outside Iggy's length bounds, in UTF-8 bytes as Iggy counts
+    them, before anything is hashed.
 
     Raises:
         StateError: ``INVALID_PASSWORD``.
     """
-    if not PASSWORD_LENGTH_MIN <= len(password) <= PASSWORD_LENGTH_MAX:
+    if not PASSWORD_LENGTH_MIN <= len(password.encode("utf-8")) <= PASSWORD_LENGTH_MAX:
         raise StateError(ErrorCode.INVALID_PASSWORD)
+
+
+def check_username(username: str) -> None:
+    """Refuse a new username outside Iggy's bounds (3..50), in UTF-8 bytes as Iggy counts
+    them: 17 three-byte characters are 51 bytes, too long for Iggy's clients and server.
+
+    Checked where a request becomes a command, before it is proposed, and not in the
+    state machine: the state machine's own rule (in characters) must stay what it was
+    when older ops were committed, or replaying them would give another state.
+
+    Raises:
+        StateError: ``INVALID_USERNAME``.
+    """
+    if not USERNAME_LENGTH_MIN <= len(username.encode("utf-8")) <= USERNAME_LENGTH_MAX:
+        raise StateError(ErrorCode.INVALID_USERNAME, "a username is 3 to 50 bytes of UTF-8")
 
 
 def create_user_command(request: wire.CreateUser, password: PasswordHash) -> CreateUser:
     """The ``CreateUser`` to propose once the primary hashed the request's password with a
     salt it drew: the clear password stays out of the command and so out of the log."""
     _no_user_options(request.options)
+    check_username(request.username)
     return CreateUser(
         request.username,
         password,

@@ -38,6 +38,9 @@ from broker.state.plane import (
     PartitionRoute,
     PartitionStats,
     authenticate,
+    check_password,
+    check_username,
+    create_user_command,
     metadata_command,
     purge_body,
     resolved_offset_request,
@@ -553,3 +556,37 @@ def test_partition_prepare_refuses_a_count_that_disagrees_with_the_batch() -> No
     with pytest.raises(RequestRejected) as raised:
         PartitionHost().machine.prepare(1, Operation.SEND_MESSAGES, lying.encode(), 1, 0)
     assert raised.value.status == ErrorCode.INVALID_MESSAGES_COUNT
+
+
+@pytest.mark.parametrize(
+    ("username", "fits"),
+    [
+        ("abc", True),
+        ("a" * 50, True),
+        ("\u00e9" * 25, True),  # 50 bytes
+        ("\u20ac" * 17, False),  # 17 characters, 51 bytes
+        ("ab", False),
+        ("a" * 51, False),
+    ],
+)
+def test_usernames_are_bounded_in_utf8_bytes_as_iggy_counts_them(username: str, fits: bool) -> None:
+    update = wire.UpdateUser(wire.Identifier(1), username, None, ())
+    create = wire.CreateUser(username, "secret-password")
+    if fits:
+        check_username(username)
+        assert isinstance(metadata_command(CommandCode.UPDATE_USER, update), UpdateUser)
+        return
+    for attempt in (
+        lambda: check_username(username),
+        lambda: metadata_command(CommandCode.UPDATE_USER, update),
+        lambda: create_user_command(create, hash_password("secret-password", b"s" * 16, n=2)),
+    ):
+        with pytest.raises(StateError) as raised:
+            attempt()
+        assert raised.value.code is ErrorCode.INVALID_USERNAME
+
+
+def test_passwords_are_bounded_in_utf8_bytes() -> None:
+    check_password("\u20ac" * 33)  # 99 bytes
+    with pytest.raises(StateError):
+        check_password("\u20ac" * 34)  # 34 characters, 102 bytes
