@@ -84,6 +84,17 @@ def serve(
             help="Client HOST:PORT of every node, comma-separated (advertised to clients).",
         ),
     ] = None,
+    cluster_name: Annotated[
+        str | None,
+        typer.Option("--cluster-name", help="The cluster's name in cluster metadata."),
+    ] = None,
+    node_names: Annotated[
+        str | None,
+        typer.Option(
+            "--node-names",
+            help="Name of every node, comma-separated, in replica order (cluster metadata).",
+        ),
+    ] = None,
     log_level: Annotated[
         str | None, typer.Option("--log-level", help="debug|info|warning|error")
     ] = None,
@@ -106,6 +117,8 @@ def serve(
             replica=replica,
             replicas=_split(replicas),
             client_addresses=_split(client_addresses),
+            cluster_name=cluster_name,
+            node_names=_split(node_names),
             log_level=log_level,
         )
     except ConfigError as error:

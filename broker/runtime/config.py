@@ -28,6 +28,8 @@ from pydantic_settings import (
 
 ENV_PREFIX = "VIEWSTREAM_"
 DEFAULT_ADDRESS = "127.0.0.1:8090"
+NODE_NAME_SIZE_MAX = 255
+"""Bytes of UTF-8 in a cluster or node name: the wire gives a name a one-byte length."""
 DEFAULT_DATA_DIR = Path("local_data")
 FRAME_SIZE_MAX_CEILING = 1 << 30
 
@@ -152,6 +154,15 @@ class Config(BaseSettings):
         description="Client listener HOST:PORT of every node, in replica order, as cluster "
         "metadata advertises them to clients; empty means just `address`.",
     )
+    cluster_name: str = Field(
+        "viewstream",
+        description="The cluster's name in cluster metadata (GET_CLUSTER_METADATA).",
+    )
+    node_names: list[str] = Field(
+        default_factory=list,
+        description="Name of every node, in replica order, as cluster metadata reports "
+        "them; empty means node-0, node-1, ...",
+    )
     cluster_secret: SecretStr | None = Field(
         None,
         description="Shared secret that authenticates the replica bus (required for "
@@ -218,6 +229,23 @@ class Config(BaseSettings):
             parse_address(address)
         return value
 
+    @field_validator("cluster_name")
+    @classmethod
+    def _check_cluster_name(cls, value: str) -> str:
+        if not 1 <= len(value.encode("utf-8")) <= NODE_NAME_SIZE_MAX:
+            raise ValueError("the cluster name is 1 to 255 bytes of UTF-8")
+        return value
+
+    @field_validator("node_names")
+    @classmethod
+    def _check_node_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not 1 <= len(name.encode("utf-8")) <= NODE_NAME_SIZE_MAX:
+                raise ValueError(f"node name {name!r} is not 1 to 255 bytes of UTF-8")
+        if len(set(value)) != len(value):
+            raise ValueError("node names must be distinct")
+        return value
+
     @model_validator(mode="after")
     def _check_roster(self) -> Config:
         count = max(1, len(self.replicas))
@@ -225,6 +253,8 @@ class Config(BaseSettings):
             raise ValueError(
                 f"client_addresses lists {len(self.client_addresses)} nodes, replicas {count}"
             )
+        if self.node_names and len(self.node_names) != count:
+            raise ValueError(f"node_names lists {len(self.node_names)} nodes, replicas {count}")
         if self.replica >= count:
             raise ValueError(f"replica {self.replica} is outside the roster of {count}")
         if count > 1 and self.cluster_secret is None:

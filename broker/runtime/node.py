@@ -709,15 +709,16 @@ class Node:
 
     def cluster_metadata(self) -> wire.ClusterMetadata:
         addresses = self.config.client_addresses or [self.config.address]
+        names = self.config.node_names or [f"node-{index}" for index in range(len(addresses))]
         primary = self.metadata.primary_index
         nodes = []
-        for index, address in enumerate(addresses):
+        for index, (address, name) in enumerate(zip(addresses, names, strict=True)):
             host, port = parse_address(address)
             if index == self.replica_index and self.address is not None:
                 port = self.address[1]
             nodes.append(
                 wire.ClusterNode(
-                    name=f"node-{index}",
+                    name=name,
                     ip=host,
                     tcp_port=port,
                     quic_port=0,
@@ -731,7 +732,7 @@ class Node:
                     status=wire.ClusterNodeStatus.HEALTHY,
                 )
             )
-        return wire.ClusterMetadata(name="viewstream", nodes=tuple(nodes))
+        return wire.ClusterMetadata(name=self.config.cluster_name, nodes=tuple(nodes))
 
     # -- requests ---------------------------------------------------------------------------
 

@@ -81,6 +81,18 @@ def test_config_file_from_environment(tmp_path: Path, monkeypatch: pytest.Monkey
         ({"replicas": ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]}, "cluster_secret"),
         ({"unknown_setting": 1}, "unknown_setting"),
         ({"sync_scope": "disk"}, "sync_scope"),
+        ({"cluster_name": ""}, "cluster_name"),
+        ({"cluster_name": "\u20ac" * 86}, "cluster_name"),  # 258 bytes
+        ({"node_names": ["a", "b"]}, "node_names"),  # one node
+        ({"node_names": [""]}, "node_names"),
+        (
+            {
+                "replicas": ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"],
+                "cluster_secret": "s" * 16,
+                "node_names": ["a", "a", "b"],
+            },
+            "node_names",
+        ),
     ],
 )
 def test_config_invalid_setting_is_named(flags: dict[str, object], named: str) -> None:

@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections.abc import Awaitable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -24,7 +25,7 @@ from apache_iggy import (
     SendMessage,
 )
 
-from tests.runtime.processes import ROOT_PASSWORD, NodeProcess
+from tests.runtime.processes import ROOT_PASSWORD, NodeProcess, start_node
 
 _T = TypeVar("_T")
 TIMEOUT_S = 30.0
@@ -58,6 +59,23 @@ def test_sdk_connects_logs_in_pings_and_reads_cluster_metadata(node: NodeProcess
     raw = run(scenario())
     # One node, named as the leader, at the address the SDK dialed.
     assert b"node-0" in raw and b"127.0.0.1" in raw
+
+
+def test_cluster_and_node_names_are_the_configured_ones(tmp_path: Path) -> None:
+    named = start_node(
+        tmp_path / "data", extra=["--cluster-name", "prod-east", "--node-names", "n1"]
+    )
+    try:
+
+        async def scenario() -> bytes:
+            client = await connect(named)
+            raw: bytes = await client.send_binary_request(12, b"")
+            return raw
+
+        raw = run(scenario())
+    finally:
+        named.kill()
+    assert b"prod-east" in raw and b"n1" in raw and b"node-0" not in raw
 
 
 def test_sdk_login_with_a_wrong_password_is_refused(node: NodeProcess) -> None:
