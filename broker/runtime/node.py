@@ -132,6 +132,7 @@ from broker.state.metadata import (
 from broker.state.permissions import Action
 from broker.state.plane import (
     CLIENT_ID_TAKEN_STATUS,
+    ClientConnection,
     MetadataMachine,
     PartitionRoute,
     PartitionStats,
@@ -1260,6 +1261,18 @@ class Node:
         context.attached_session = parent.session
         return _reply(header, replica=self.replica_index)
 
+    def _client_connections(self) -> list[ClientConnection]:
+        """This node's open client connections (Iggy's answer is node-local too), in
+        address order."""
+        contexts = sorted(
+            (connection.context for connection in self.open_connections),
+            key=lambda context: context.address,
+        )
+        return [
+            ClientConnection(context.bound_session, TRANSPORT_TCP, context.address)
+            for context in contexts
+        ]
+
     def _state(self) -> MetadataState:
         machine = self.metadata.metadata
         assert machine is not None
@@ -1367,6 +1380,11 @@ class Node:
             body = machine.get_users(session)
         elif code is CommandCode.GET_ME:
             body = machine.get_me(session, TRANSPORT_TCP, context.address)
+        elif code is CommandCode.GET_CLIENTS:
+            body = machine.get_clients(session, self._client_connections())
+        elif code is CommandCode.GET_CLIENT:
+            assert isinstance(payload, wire.ClientRef)
+            body = machine.get_client(payload, session, self._client_connections())
         elif code is CommandCode.GET_CLUSTER_METADATA:
             body = self.cluster_metadata().encode()
         elif code is CommandCode.GET_STATS:

@@ -697,6 +697,18 @@ class MetadataState:
     def sessions(self) -> tuple[SessionInfo, ...]:
         return tuple(self._session_info(self._sessions[s]) for s in sorted(self._sessions))
 
+    def memberships_by_session(self) -> dict[int, list[tuple[int, int, int]]]:
+        """``memberships`` of every session with at least one, in one pass."""
+        found: dict[int, list[tuple[int, int, int]]] = {}
+        for stream_id in sorted(self._streams):
+            stream = self._streams[stream_id]
+            for topic_id in sorted(stream.topics):
+                topic = stream.topics[topic_id]
+                for group_id in sorted(topic.groups):
+                    for member in topic.groups[group_id].members:
+                        found.setdefault(member.session, []).append((stream_id, topic_id, group_id))
+        return found
+
     def memberships(self, session: int) -> tuple[tuple[int, int, int], ...]:
         """``(stream_id, topic_id, group_id)`` of every group ``session`` is a member of."""
         found: list[tuple[int, int, int]] = []

@@ -74,6 +74,7 @@ from broker.state.metadata import (
     Register,
     Registered,
     Rejected,
+    SessionInfo,
     StreamCreated,
     StreamInfo,
     TopicCreated,
@@ -725,6 +726,49 @@ class MetadataMachine:
             ),
         ).encode()
 
+    def get_clients(self, session: int, clients: Sequence[ClientConnection]) -> bytes:
+        """GET_CLIENTS: every connection of this node, with ``read_servers`` (as Iggy)."""
+        self._require(session, Action.READ_SERVERS)
+        memberships = self.state.memberships_by_session()
+        infos = []
+        for client in clients:
+            info = self._client_session(client.session)
+            groups = [] if info is None else memberships.get(info.session, [])
+            infos.append(_client_info(info, client, len(groups)))
+        return wire.Clients(tuple(infos)).encode()
+
+    def get_client(
+        self, request: wire.ClientRef, session: int, clients: Sequence[ClientConnection]
+    ) -> bytes:
+        """GET_CLIENT: the first connection whose client number is the one asked for, with
+        its consumer groups; empty when none is (0, a connection not logged in, is never
+        found)."""
+        self._require(session, Action.READ_SERVERS)
+        for client in clients:
+            info = self._client_session(client.session)
+            if info is None or info.number != request.client_id:
+                continue
+            return wire.ClientInfoDetails(
+                client_id=info.number,
+                user_id=info.user_id,
+                transport=client.transport,
+                address=client.address,
+                consumer_groups=tuple(
+                    wire.ClientConsumerGroup(s, t, g)
+                    for s, t, g in self.state.memberships(info.session)
+                ),
+            ).encode()
+        return NOT_FOUND
+
+    def _client_session(self, session: int) -> SessionInfo | None:
+        """The live session a connection acts in; None before a login or once it ended."""
+        if session == 0:
+            return None
+        try:
+            return self.state.session(session)
+        except StateError:
+            return None
+
     def _require(
         self,
         session: int,
@@ -755,6 +799,24 @@ _NOT_FOUND_CODES: Final = (
     ErrorCode.TOPIC_ID_NOT_FOUND,
     ErrorCode.CONSUMER_GROUP_ID_NOT_FOUND,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConnection:
+    """One connection of a node, as GET_CLIENT(S) report it."""
+
+    session: int
+    """The session it acts in (0 before a login)."""
+    transport: int
+    address: str
+
+
+def _client_info(
+    info: SessionInfo | None, client: ClientConnection, groups: int
+) -> wire.ClientInfo:
+    if info is None:
+        return wire.ClientInfo(0, wire.CLIENT_NO_USER, client.transport, client.address, 0)
+    return wire.ClientInfo(info.number, info.user_id, client.transport, client.address, groups)
 
 
 def _context(op: int, timestamp_us: int, session: int | None) -> ApplyContext:

@@ -174,9 +174,13 @@ from sdk.wire.primitives import (
     encode_user_headers,
 )
 from sdk.wire.system import (
+    CLIENT_NO_USER,
     CacheMetric,
     ClientConsumerGroup,
+    ClientInfo,
     ClientInfoDetails,
+    ClientRef,
+    Clients,
     ClusterMetadata,
     ClusterNode,
     ClusterNodeRole,
@@ -280,10 +284,14 @@ __all__ = [
     "stamped_batch",
     "verify_batch",
     # payloads
+    "CLIENT_NO_USER",
     "CacheMetric",
     "ChangePassword",
     "ClientConsumerGroup",
+    "ClientInfo",
     "ClientInfoDetails",
+    "ClientRef",
+    "Clients",
     "ClusterMetadata",
     "ClusterNode",
     "ClusterNodeRole",

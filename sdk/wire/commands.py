@@ -91,6 +91,8 @@ from sdk.wire.metadata import (
 )
 from sdk.wire.system import (
     ClientInfoDetails,
+    ClientRef,
+    Clients,
     ClusterMetadata,
     ConsumerSessionAttachment,
     LoginRegister,
@@ -196,6 +198,7 @@ RequestPayload: TypeAlias = (
     | DeleteConsumerOffset
     | CreateConsumerGroup
     | ConsumerSessionAttachment
+    | ClientRef
     | UserRef
     | CreateUser
     | UpdateUser
@@ -207,6 +210,7 @@ ReplyPayload: TypeAlias = (
     Empty
     | LoginRegisterReply
     | ClientInfoDetails
+    | Clients
     | ClusterMetadata
     | Stats
     | StreamDetails
@@ -285,6 +289,8 @@ COMMANDS: Final[dict[CommandCode, CommandSpec]] = dict(
         _spec(CommandCode.GET_STATS, Empty, Stats),
         _spec(CommandCode.GET_CLUSTER_METADATA, Empty, ClusterMetadata),
         _spec(CommandCode.GET_ME, Empty, ClientInfoDetails),
+        _spec(CommandCode.GET_CLIENT, ClientRef, ClientInfoDetails, optional=True),
+        _spec(CommandCode.GET_CLIENTS, Empty, Clients),
         _spec(CommandCode.ATTACH_CONSUMER_SESSION, ConsumerSessionAttachment),
         _spec(CommandCode.GET_USER, UserRef, UserDetails, optional=True),
         _spec(CommandCode.GET_USERS, Empty, Users),

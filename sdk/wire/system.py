@@ -38,9 +38,13 @@ from sdk.wire.codes import PROTOCOL_VERSION
 from sdk.wire.primitives import decode_name, encode_name
 
 __all__ = [
+    "CLIENT_NO_USER",
     "CacheMetric",
     "ClientConsumerGroup",
+    "ClientInfo",
     "ClientInfoDetails",
+    "ClientRef",
+    "Clients",
     "ClusterMetadata",
     "ClusterNode",
     "ClusterNodeRole",
@@ -185,6 +189,81 @@ class ClientInfoDetails:
         )
         reader.finish("client info")
         return cls(client_id, user_id, transport, address, groups)
+
+
+CLIENT_NO_USER: Final = 0xFFFF_FFFF
+"""The ``user_id`` Iggy reports for a client that has not logged in."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRef:
+    """GET_CLIENT (21) request: ``[client_id u32]``, the number GET_ME and GET_CLIENTS
+    report for a client."""
+
+    client_id: int
+
+    def encode(self) -> bytes:
+        """The request body."""
+        writer = Writer()
+        writer.u32(self.client_id)
+        return writer.getvalue()
+
+    @classmethod
+    def read(cls, reader: Reader) -> Self:
+        """Read the client id; what follows is left unread."""
+        return cls(reader.u32())
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "client reference")
+
+
+@dataclass(frozen=True, slots=True)
+class ClientInfo:
+    """One client of GET_CLIENTS (22): ``[client_id u32][user_id u32][transport u8]
+    [address_len u32][address][consumer_groups_count u32]``, the groups left out.
+    ``user_id`` is ``CLIENT_NO_USER`` for a connection that has not logged in."""
+
+    client_id: int
+    user_id: int
+    transport: int
+    address: str
+    consumer_groups_count: int
+
+    def write(self, writer: Writer) -> None:
+        writer.u32(self.client_id)
+        writer.u32(self.user_id)
+        writer.u8(self.transport)
+        write_str32(writer, self.address)
+        writer.u32(self.consumer_groups_count)
+
+    @classmethod
+    def read(cls, reader: Reader) -> Self:
+        return cls(reader.u32(), reader.u32(), reader.u8(), read_str32(reader), reader.u32())
+
+
+@dataclass(frozen=True, slots=True)
+class Clients:
+    """GET_CLIENTS (22) reply: the node's clients back to back, no count before them."""
+
+    clients: tuple[ClientInfo, ...]
+
+    def encode(self) -> bytes:
+        """The reply payload."""
+        writer = Writer()
+        for client in self.clients:
+            client.write(writer)
+        return writer.getvalue()
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse the reply payload."""
+        reader = Reader(body)
+        clients = []
+        while reader.remaining:
+            clients.append(ClientInfo.read(reader))
+        return cls(tuple(clients))
 
 
 class ClusterNodeRole(enum.IntEnum):
