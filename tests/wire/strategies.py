@@ -11,7 +11,10 @@ from sdk.wire import (
     CacheMetric,
     ChangePassword,
     ClientConsumerGroup,
+    ClientInfo,
     ClientInfoDetails,
+    ClientRef,
+    Clients,
     ClusterMetadata,
     ClusterNode,
     ClusterNodeRole,
@@ -238,6 +241,9 @@ client_infos = st.builds(
     long_strings,
     st.lists(st.builds(ClientConsumerGroup, U32, U32, U32), max_size=3).map(tuple),
 )
+clients_lists = st.lists(st.builds(ClientInfo, U32, U32, U8, long_strings, U32), max_size=4).map(
+    lambda clients: Clients(tuple(clients))
+)
 cluster_metadata = st.builds(
     ClusterMetadata,
     long_strings,
@@ -419,6 +425,8 @@ REQUESTS: dict[CommandCode, st.SearchStrategy[RequestPayload]] = {
     CommandCode.GET_STATS: st.just(Empty()),
     CommandCode.GET_CLUSTER_METADATA: st.just(Empty()),
     CommandCode.GET_ME: st.just(Empty()),
+    CommandCode.GET_CLIENT: st.builds(ClientRef, U32),
+    CommandCode.GET_CLIENTS: st.just(Empty()),
     CommandCode.LOGOUT_USER: st.just(Empty()),
     CommandCode.LOGIN_REGISTER: logins,
     CommandCode.POLL_MESSAGES: polls,
@@ -465,6 +473,8 @@ REPLIES: dict[CommandCode, st.SearchStrategy[ReplyPayload]] = {
     CommandCode.GET_STATS: stats,
     CommandCode.GET_CLUSTER_METADATA: cluster_metadata,
     CommandCode.GET_ME: client_infos,
+    CommandCode.GET_CLIENT: client_infos,
+    CommandCode.GET_CLIENTS: clients_lists,
     CommandCode.LOGOUT_USER: st.just(Empty()),
     CommandCode.LOGIN_REGISTER: login_replies,
     CommandCode.POLL_MESSAGES: poll_replies(),

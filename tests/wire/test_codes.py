@@ -25,6 +25,8 @@ PROTOCOL_TABLE = [
     (12, 2, False),
     (14, 2, False),
     (20, 2, False),
+    (21, 2, False),
+    (22, 2, False),
     (31, 2, False),
     (32, 2, False),
     (33, 141, True),

@@ -46,6 +46,8 @@ TRAILING: Final[dict[CommandCode, IggyErrorCode | None]] = {
     CommandCode.GET_STATS: _IGNORED,
     CommandCode.GET_CLUSTER_METADATA: _IGNORED,
     CommandCode.GET_ME: _IGNORED,
+    CommandCode.GET_CLIENT: _IGNORED,
+    CommandCode.GET_CLIENTS: _IGNORED,
     CommandCode.ATTACH_CONSUMER_SESSION: _IGNORED,  # ours; Iggy's general rule
     CommandCode.GET_USER: _IGNORED,
     CommandCode.GET_USERS: _IGNORED,
