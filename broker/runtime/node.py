@@ -282,6 +282,7 @@ class Node:
         *,
         persisted: bool,
         partition: PartitionIds | None = None,
+        segment_size_bytes: int | None = None,
     ) -> GroupHost:
         clients_max = METADATA_CLIENTS_MAX if kind is GroupKind.METADATA else PARTITION_CLIENTS_MAX
         host = GroupHost(
@@ -292,7 +293,7 @@ class Node:
             replica_count=self.replica_count,
             persisted=persisted,
             no_sync=self.config.no_sync,
-            segment_size_bytes=self.config.segment_size_bytes,
+            segment_size_bytes=segment_size_bytes or self.config.segment_size_bytes,
             # A partition's log is its messages: a replica far behind repairs every op
             # rather than jump over them to a snapshot of offsets (ReplicaConfig docs).
             replica_config=ReplicaConfig(
@@ -353,6 +354,7 @@ class Node:
             self.data_dir / "partitions" / name,
             persisted=ref.durability is Durability.PERSISTED,
             partition=PartitionIds(ref.stream_id, ref.topic_id, ref.partition_id, ref.created_op),
+            segment_size_bytes=ref.segment_size_bytes,
         )
         if self.bus is not None:
             host.forward = self.bus.forward

@@ -457,6 +457,8 @@ class PartitionRef:
     purge_generation: int
     durability: Durability
     consumer_offset_durability: Durability
+    segment_size_bytes: int | None = None
+    """The topic's segment roll size when a client set one; None: the node's default."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -761,6 +763,11 @@ class MetadataState:
             stream = self._streams[stream_id]
             for topic_id in sorted(stream.topics):
                 topic = stream.topics[topic_id]
+                segment_size = (
+                    topic.options.segment_size_bytes
+                    if "segment_size_bytes" in topic.explicit_options
+                    else None
+                )
                 refs.extend(
                     PartitionRef(
                         stream_id,
@@ -770,6 +777,7 @@ class MetadataState:
                         partition.purge_generation,
                         topic.options.durability,
                         topic.options.consumer_offset_durability,
+                        segment_size,
                     )
                     for partition in topic.partitions
                 )
