@@ -141,6 +141,7 @@ from broker.state.plane import (
     check_username,
     create_user_command,
     metadata_command,
+    options_catalog,
     purge_body,
     resolved_offset_request,
     route_offset,
@@ -1389,6 +1390,11 @@ class Node:
             body = machine.get_client(payload, session, self._client_connections())
         elif code is CommandCode.GET_CLUSTER_METADATA:
             body = self.cluster_metadata().encode()
+        elif code is CommandCode.DESCRIBE_OPTIONS:
+            # Any logged-in user, as Iggy: a static catalog and this node's defaults.
+            assert isinstance(payload, wire.DescribeOptions)
+            segment_default = self.config.segment_size_bytes
+            body = options_catalog(payload.scope, segment_default).encode()
         elif code is CommandCode.GET_STATS:
             denied = state.permits(session, Action.READ_SERVERS)
             if denied is not None:

@@ -46,6 +46,11 @@ from broker.state.codec import SYSTEM_OPERATIONS, decode_command
 from broker.state.credentials import PasswordHash, verify_password
 from broker.state.errors import ErrorCode, StateError
 from broker.state.metadata import (
+    MESSAGES_REQUIRED_TO_SAVE_MAX,
+    SEGMENT_SIZE_ALIGNMENT_BYTES,
+    SEGMENT_SIZE_BYTES_MAX,
+    SEGMENT_SIZE_BYTES_MIN,
+    SIZE_REQUIRED_TO_SAVE_BYTES_MAX,
     USERNAME_LENGTH_MAX,
     USERNAME_LENGTH_MIN,
     ApplyContext,
@@ -118,6 +123,7 @@ from consensus.protocols import Log, Prepared, RequestRejected
 from sdk import wire
 from sdk.wire.batch import BATCH_HEADER, BATCH_HEADER_SIZE
 from sdk.wire.codes import CommandCode, Operation
+from sdk.wire.primitives import HeaderValue
 
 _T = TypeVar("_T")
 
@@ -389,6 +395,96 @@ _UNSIGNED_KINDS: Final = (
     wire.HeaderKind.UINT32,
     wire.HeaderKind.UINT64,
 )
+
+
+def options_catalog(scope: int, segment_size_default: int) -> wire.OptionsCatalog:
+    """DESCRIBE_OPTIONS: every option key a ``scope`` accepts, with the kind it is stored
+    as, its default and what it does here (Iggy's layout; our keys, described as this
+    broker honours them). Streams and users take no options: their catalogs are empty.
+
+    Args:
+        scope: ``wire.OptionsScope``.
+        segment_size_default: The node's ``segment_size_bytes``, the default of a topic
+            created without one.
+
+    Raises:
+        StateError: ``INVALID_COMMAND`` for an unknown scope, as Iggy answers it.
+    """
+    if scope in (wire.OptionsScope.STREAM, wire.OptionsScope.USER):
+        return wire.OptionsCatalog(())
+    if scope != wire.OptionsScope.TOPIC:
+        raise StateError(ErrorCode.INVALID_COMMAND, f"unknown options scope {scope}")
+    defaults = TopicOptions()
+    kind = wire.HeaderKind
+
+    def entry(
+        key: str, value_kind: wire.HeaderKind, value: HeaderValue, text: str
+    ) -> wire.OptionDescriptor:
+        encoded = wire.encode_header_value(value_kind, value)
+        return wire.OptionDescriptor(key, int(value_kind), encoded, text)
+
+    return wire.OptionsCatalog(
+        (
+            entry(
+                "compression_algorithm",
+                kind.STRING,
+                defaults.compression.value,
+                "none or gzip: recorded and reported, messages are stored as sent",
+            ),
+            entry(
+                "message_expiry",
+                kind.UINT64,
+                defaults.message_expiry_us,
+                "Message expiry in microseconds; u64::MAX never, 0 the server default",
+            ),
+            entry(
+                "max_topic_size",
+                kind.UINT64,
+                defaults.max_topic_size_bytes,
+                "Topic size cap in bytes; u64::MAX unlimited; at least the segment size",
+            ),
+            entry(
+                "segment_size",
+                kind.UINT64,
+                segment_size_default,
+                f"Segment size in bytes: a {SEGMENT_SIZE_ALIGNMENT_BYTES}-byte multiple "
+                f"within {SEGMENT_SIZE_BYTES_MIN}..={SEGMENT_SIZE_BYTES_MAX}; fixed at create",
+            ),
+            entry(
+                "durability",
+                kind.STRING,
+                defaults.durability.value,
+                "When a send is acknowledged: replicated (a quorum holds it) or persisted "
+                "(a quorum synced it); fixed at create",
+            ),
+            entry(
+                "consumer_offset_durability",
+                kind.STRING,
+                defaults.consumer_offset_durability.value,
+                "The same for stored consumer offsets; fixed at create",
+            ),
+            entry(
+                "messages_required_to_save",
+                kind.UINT32,
+                defaults.messages_required_to_save,
+                f"1..={MESSAGES_REQUIRED_TO_SAVE_MAX}: recorded and reported; the journal "
+                "syncs by durability level and group commit instead",
+            ),
+            entry(
+                "size_of_messages_required_to_save",
+                kind.UINT64,
+                defaults.size_of_messages_required_to_save_bytes,
+                f"Bytes, at most {SIZE_REQUIRED_TO_SAVE_BYTES_MAX}: recorded and reported "
+                "only, as messages_required_to_save",
+            ),
+            entry(
+                "preallocate_segments",
+                kind.BOOL,
+                defaults.preallocate_segments,
+                "Recorded and reported; segments are not preallocated",
+            ),
+        )
+    )
 
 
 def topic_options(options: Sequence[wire.OptionEntry]) -> TopicOptionsPatch:

@@ -95,8 +95,10 @@ from sdk.wire.system import (
     Clients,
     ClusterMetadata,
     ConsumerSessionAttachment,
+    DescribeOptions,
     LoginRegister,
     LoginRegisterReply,
+    OptionsCatalog,
     PollRoute,
     Stats,
 )
@@ -199,6 +201,7 @@ RequestPayload: TypeAlias = (
     | CreateConsumerGroup
     | ConsumerSessionAttachment
     | ClientRef
+    | DescribeOptions
     | UserRef
     | CreateUser
     | UpdateUser
@@ -211,6 +214,7 @@ ReplyPayload: TypeAlias = (
     | LoginRegisterReply
     | ClientInfoDetails
     | Clients
+    | OptionsCatalog
     | ClusterMetadata
     | Stats
     | StreamDetails
@@ -288,6 +292,7 @@ COMMANDS: Final[dict[CommandCode, CommandSpec]] = dict(
         _spec(CommandCode.PING, Empty),
         _spec(CommandCode.GET_STATS, Empty, Stats),
         _spec(CommandCode.GET_CLUSTER_METADATA, Empty, ClusterMetadata),
+        _spec(CommandCode.DESCRIBE_OPTIONS, DescribeOptions, OptionsCatalog),
         _spec(CommandCode.GET_ME, Empty, ClientInfoDetails),
         _spec(CommandCode.GET_CLIENT, ClientRef, ClientInfoDetails, optional=True),
         _spec(CommandCode.GET_CLIENTS, Empty, Clients),

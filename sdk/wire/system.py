@@ -50,6 +50,10 @@ __all__ = [
     "ClusterNodeRole",
     "ClusterNodeStatus",
     "ConsumerSessionAttachment",
+    "DescribeOptions",
+    "OptionDescriptor",
+    "OptionsCatalog",
+    "OptionsScope",
     "LoginRegister",
     "LoginRegisterReply",
     "PollRoute",
@@ -264,6 +268,90 @@ class Clients:
         while reader.remaining:
             clients.append(ClientInfo.read(reader))
         return cls(tuple(clients))
+
+
+class OptionsScope(enum.IntEnum):
+    """The resource whose option catalog DESCRIBE_OPTIONS asks for."""
+
+    TOPIC = 1
+    STREAM = 2
+    USER = 3
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeOptions:
+    """DESCRIBE_OPTIONS (13) request: ``[scope u8]`` (``OptionsScope``: 1 topic, 2 stream,
+    3 user). Kept as sent: a server answers an unknown scope with ``INVALID_COMMAND`` and
+    keeps the connection, as Iggy does."""
+
+    scope: int
+
+    def encode(self) -> bytes:
+        """The request body."""
+        writer = Writer()
+        writer.u8(self.scope)
+        return writer.getvalue()
+
+    @classmethod
+    def read(cls, reader: Reader) -> Self:
+        """Read the scope; what follows is left unread."""
+        return cls(reader.u8())
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "describe options")
+
+
+@dataclass(frozen=True, slots=True)
+class OptionDescriptor:
+    """One catalog entry: ``[key name][kind u8][default_len u32][default]
+    [description_len u32][description]``. ``default_value`` is the default in ``kind``'s
+    encoding, empty when the key has none."""
+
+    key: str
+    kind: int
+    default_value: bytes
+    description: str
+
+    def write(self, writer: Writer) -> None:
+        encode_name(writer, self.key)
+        writer.u8(self.kind)
+        writer.u32(len(self.default_value))
+        writer.raw(self.default_value)
+        write_str32(writer, self.description)
+
+    @classmethod
+    def read(cls, reader: Reader) -> Self:
+        key = decode_name(reader)
+        kind = reader.u8()
+        default = bytes(reader.take(reader.u32()))
+        return cls(key, kind, default, read_str32(reader))
+
+
+@dataclass(frozen=True, slots=True)
+class OptionsCatalog:
+    """DESCRIBE_OPTIONS (13) reply: ``[count u32]`` then the entries."""
+
+    entries: tuple[OptionDescriptor, ...]
+
+    def encode(self) -> bytes:
+        """The reply payload."""
+        writer = Writer()
+        writer.u32(len(self.entries))
+        for entry in self.entries:
+            entry.write(writer)
+        return writer.getvalue()
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse the reply payload."""
+        reader = Reader(body)
+        count = reader.u32()
+        check_count(count, reader, 11, "option descriptors")
+        entries = tuple(OptionDescriptor.read(reader) for _ in range(count))
+        reader.finish("options catalog")
+        return cls(entries)
 
 
 class ClusterNodeRole(enum.IntEnum):

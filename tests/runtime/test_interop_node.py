@@ -19,6 +19,7 @@ from apache_iggy import (
     AutoCommit,
     Consumer,
     Durability,
+    HeaderValue,
     IggyClient,
     Partitioning,
     PollingStrategy,
@@ -76,6 +77,36 @@ def test_cluster_and_node_names_are_the_configured_ones(tmp_path: Path) -> None:
     finally:
         named.kill()
     assert b"prod-east" in raw and b"n1" in raw and b"node-0" not in raw
+
+
+def test_sdk_describe_options_gives_the_topic_keys_the_node_accepts(node: NodeProcess) -> None:
+    async def scenario() -> tuple[list[Any], list[Any], list[Any]]:
+        client = await connect(node)
+        topic = await client.describe_options("topic")
+        stream = await client.describe_options("stream")
+        user = await client.describe_options("user")
+        return topic, stream, user
+
+    topic, stream, user = run(scenario())
+    keys = {spec.key: spec for spec in topic}
+    assert set(keys) == {
+        "compression_algorithm",
+        "message_expiry",
+        "max_topic_size",
+        "segment_size",
+        "durability",
+        "consumer_offset_durability",
+        "messages_required_to_save",
+        "size_of_messages_required_to_save",
+        "preallocate_segments",
+    }
+    assert all(spec.description for spec in topic)
+    assert stream == [] and user == []
+
+    # The SDK decodes each default by the entry's kind.
+    assert keys["durability"].default_value == HeaderValue.String("replicated")
+    assert keys["preallocate_segments"].default_value == HeaderValue.Bool(False)
+    assert keys["message_expiry"].default_value == HeaderValue.UnsignedInt64(2**64 - 1)
 
 
 def test_sdk_login_with_a_wrong_password_is_refused(node: NodeProcess) -> None:

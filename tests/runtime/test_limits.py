@@ -251,6 +251,17 @@ def test_before_login_every_code_but_ping_gets_40_known_or_not(limited: NodeProc
         assert flush.reply_header().status == IggyErrorCode.FEATURE_UNAVAILABLE
 
 
+def test_describe_options_of_an_unknown_scope_is_invalid_and_keeps_the_connection(
+    limited: NodeProcess,
+) -> None:
+    with WireClient(limited.address) as client:
+        client.login("iggy", ROOT_PASSWORD)
+        reply = client.call_raw(int(CommandCode.DESCRIBE_OPTIONS), bytes([9]))
+        assert reply.reply_header().status == IggyErrorCode.INVALID_COMMAND
+        catalog = client.call(CommandCode.DESCRIBE_OPTIONS, wire.DescribeOptions(1))
+        assert isinstance(catalog, wire.OptionsCatalog) and catalog.entries
+
+
 def test_legacy_login_codes_are_evicted_as_malformed_logins(limited: NodeProcess) -> None:
     legacy = (int(CommandCode.LOGIN_USER), int(CommandCode.LOGIN_WITH_PERSONAL_ACCESS_TOKEN))
     for code, logged_in in ((legacy[0], False), (legacy[1], False), (legacy[0], True)):

@@ -34,6 +34,7 @@ from sdk.wire import (
     CreateTopic,
     CreateUser,
     DeleteConsumerOffset,
+    DescribeOptions,
     Empty,
     GetConsumerOffset,
     GlobalPermissions,
@@ -43,7 +44,9 @@ from sdk.wire import (
     LoginRegister,
     LoginRegisterReply,
     MessagesKey,
+    OptionDescriptor,
     OptionEntry,
+    OptionsCatalog,
     OutgoingMessage,
     PartitionId,
     PartitionInfo,
@@ -241,6 +244,9 @@ client_infos = st.builds(
     long_strings,
     st.lists(st.builds(ClientConsumerGroup, U32, U32, U32), max_size=3).map(tuple),
 )
+options_catalogs = st.lists(
+    st.builds(OptionDescriptor, names, U8, st.binary(max_size=16), long_strings), max_size=4
+).map(lambda entries: OptionsCatalog(tuple(entries)))
 clients_lists = st.lists(st.builds(ClientInfo, U32, U32, U8, long_strings, U32), max_size=4).map(
     lambda clients: Clients(tuple(clients))
 )
@@ -426,6 +432,7 @@ REQUESTS: dict[CommandCode, st.SearchStrategy[RequestPayload]] = {
     CommandCode.GET_CLUSTER_METADATA: st.just(Empty()),
     CommandCode.GET_ME: st.just(Empty()),
     CommandCode.GET_CLIENT: st.builds(ClientRef, U32),
+    CommandCode.DESCRIBE_OPTIONS: st.builds(DescribeOptions, U8),
     CommandCode.GET_CLIENTS: st.just(Empty()),
     CommandCode.LOGOUT_USER: st.just(Empty()),
     CommandCode.LOGIN_REGISTER: logins,
@@ -475,6 +482,7 @@ REPLIES: dict[CommandCode, st.SearchStrategy[ReplyPayload]] = {
     CommandCode.GET_ME: client_infos,
     CommandCode.GET_CLIENT: client_infos,
     CommandCode.GET_CLIENTS: clients_lists,
+    CommandCode.DESCRIBE_OPTIONS: options_catalogs,
     CommandCode.LOGOUT_USER: st.just(Empty()),
     CommandCode.LOGIN_REGISTER: login_replies,
     CommandCode.POLL_MESSAGES: poll_replies(),

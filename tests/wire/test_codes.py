@@ -23,6 +23,7 @@ PROTOCOL_TABLE = [
     (1, 2, False),
     (10, 2, False),
     (12, 2, False),
+    (13, 2, False),
     (14, 2, False),
     (20, 2, False),
     (21, 2, False),
