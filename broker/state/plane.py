@@ -46,11 +46,14 @@ from broker.state.codec import SYSTEM_OPERATIONS, decode_command
 from broker.state.credentials import PasswordHash, verify_password
 from broker.state.errors import ErrorCode, StateError
 from broker.state.metadata import (
+    EXPIRY_NEVER,
     MESSAGES_REQUIRED_TO_SAVE_MAX,
     SEGMENT_SIZE_ALIGNMENT_BYTES,
     SEGMENT_SIZE_BYTES_MAX,
     SEGMENT_SIZE_BYTES_MIN,
     SIZE_REQUIRED_TO_SAVE_BYTES_MAX,
+    SIZE_UNLIMITED,
+    U32_MAX,
     USERNAME_LENGTH_MAX,
     USERNAME_LENGTH_MIN,
     ApplyContext,
@@ -96,6 +99,7 @@ from broker.state.metadata import (
 )
 from broker.state.metadata import Compression as DomainCompression
 from broker.state.metadata import Durability as DomainDurability
+from broker.state.option_values import parse_duration_us, parse_size_bytes
 from broker.state.partition import (
     Appended,
     Applied,
@@ -435,19 +439,22 @@ def options_catalog(scope: int, segment_size_default: int) -> wire.OptionsCatalo
                 "message_expiry",
                 kind.UINT64,
                 defaults.message_expiry_us,
-                "Message expiry in microseconds; u64::MAX never, 0 the server default",
+                "Message expiry in microseconds, or a humantime string (e.g. 7 days); "
+                "u64::MAX or never_expire: never; 0: the server default",
             ),
             entry(
                 "max_topic_size",
                 kind.UINT64,
                 defaults.max_topic_size_bytes,
-                "Topic size cap in bytes; u64::MAX unlimited; at least the segment size",
+                "Topic size cap in bytes, or a byte-size string (e.g. 1 GiB); u64::MAX or "
+                "unlimited: no cap; at least the segment size",
             ),
             entry(
                 "segment_size",
                 kind.UINT64,
                 segment_size_default,
-                f"Segment size in bytes: a {SEGMENT_SIZE_ALIGNMENT_BYTES}-byte multiple "
+                f"Segment size in bytes, or a byte-size string (e.g. 128 MiB): a "
+                f"{SEGMENT_SIZE_ALIGNMENT_BYTES}-byte multiple "
                 f"within {SEGMENT_SIZE_BYTES_MIN}..={SEGMENT_SIZE_BYTES_MAX}; fixed at create",
             ),
             entry(
@@ -510,15 +517,69 @@ def topic_options(options: Sequence[wire.OptionEntry]) -> TopicOptionsPatch:
         elif field == "compression":
             values[field] = _enum_option(DomainCompression, option, value)
         elif field == "preallocate_segments":
-            if option.kind != wire.HeaderKind.BOOL or not isinstance(value, bool):
-                raise StateError(ErrorCode.INVALID_OPTION_VALUE, option.key)
-            values[field] = value
+            values[field] = _bool_option(option, value)
         else:
-            if option.kind not in _UNSIGNED_KINDS or not isinstance(value, int):
-                raise StateError(ErrorCode.INVALID_OPTION_VALUE, option.key)
-            if value != 0:
-                values[field] = value
+            number = _number_option(field, option, value)
+            if number != 0:
+                values[field] = number
     return TopicOptionsPatch(**values)
+
+
+_EXPIRY_NEVER_WORDS: Final = frozenset({"unlimited", "none", "None", "Unlimited", "never_expire"})
+_SERVER_DEFAULT_WORDS: Final = frozenset({"default", "server_default", "Default", "Server_default"})
+_SIZE_ZERO_WORDS: Final = frozenset({"0", "unlimited", "Unlimited", "none", "None"})
+_SIZE_FIELDS: Final = frozenset(
+    {"max_topic_size_bytes", "segment_size_bytes", "size_of_messages_required_to_save_bytes"}
+)
+_DURATION_SECONDS_MAX: Final = (1 << 32) - 1
+"""Iggy's bound on an expiry given as text: u32::MAX seconds."""
+
+
+def _bool_option(option: wire.OptionEntry, value: object) -> bool:
+    """A Bool, or the text ``true`` / ``false`` (exactly, as Rust parses a bool)."""
+    if option.kind == wire.HeaderKind.BOOL and isinstance(value, bool):
+        return value
+    if option.kind == wire.HeaderKind.STRING and value in ("true", "false"):
+        return value == "true"
+    raise StateError(ErrorCode.INVALID_OPTION_VALUE, option.key)
+
+
+def _number_option(field: str, option: wire.OptionEntry, value: object) -> int:
+    """An unsigned integer option, given typed or as text the way Iggy reads it: a
+    duration for the expiry, a byte size for sizes, digits for a count. 0 means the server
+    default."""
+    if option.kind in _UNSIGNED_KINDS and isinstance(value, int):
+        return value
+    if option.kind != wire.HeaderKind.STRING or not isinstance(value, str):
+        raise StateError(ErrorCode.INVALID_OPTION_VALUE, option.key)
+    parsed = _number_from_text(field, value)
+    if parsed is None:
+        raise StateError(ErrorCode.INVALID_OPTION_VALUE, option.key)
+    return parsed
+
+
+def _number_from_text(field: str, text: str) -> int | None:
+    if field == "message_expiry_us":
+        if text in _EXPIRY_NEVER_WORDS:
+            return EXPIRY_NEVER
+        if text in _SERVER_DEFAULT_WORDS:
+            return 0
+        micros = parse_duration_us(text)
+        if micros is None or micros // 1_000_000 > _DURATION_SECONDS_MAX:
+            return None
+        return micros
+    if field == "max_topic_size_bytes":
+        if text == "unlimited":
+            return SIZE_UNLIMITED
+        if text == "server_default":
+            return 0
+    if field in _SIZE_FIELDS:
+        return 0 if text in _SIZE_ZERO_WORDS else parse_size_bytes(text)
+    # A count: digits, as Rust parses a u32 (a leading + allowed).
+    digits = text[1:] if text.startswith("+") else text
+    if not digits.isascii() or not digits.isdigit() or int(digits) > U32_MAX:
+        return None
+    return int(digits)
 
 
 def _enum_option(

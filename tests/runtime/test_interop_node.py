@@ -19,6 +19,7 @@ from apache_iggy import (
     AutoCommit,
     Consumer,
     Durability,
+    HeaderKey,
     HeaderValue,
     IggyClient,
     Partitioning,
@@ -107,6 +108,22 @@ def test_sdk_describe_options_gives_the_topic_keys_the_node_accepts(node: NodePr
     assert keys["durability"].default_value == HeaderValue.String("replicated")
     assert keys["preallocate_segments"].default_value == HeaderValue.Bool(False)
     assert keys["message_expiry"].default_value == HeaderValue.UnsignedInt64(2**64 - 1)
+
+
+def test_sdk_topic_options_as_text_are_read_as_iggy_reads_them(node: NodeProcess) -> None:
+    async def scenario() -> Any:
+        client = await connect(node)
+        await client.create_stream("texts")
+        options = {"message_expiry": "7 days", "segment_size": "128 MiB"}
+        await client.create_topic("texts", "t", 1, options=options)
+        return await client.get_topic("texts", "t")
+
+    topic = run(scenario())
+    # Stored as parsed, in the canonical kind: the microseconds and the bytes.
+    options = topic.options
+    week_us = 7 * 86_400 * 1_000_000
+    assert options[HeaderKey.String("message_expiry")] == HeaderValue.UnsignedInt64(week_us)
+    assert options[HeaderKey.String("segment_size")] == HeaderValue.UnsignedInt64(128 << 20)
 
 
 def test_sdk_login_with_a_wrong_password_is_refused(node: NodeProcess) -> None:
