@@ -3,6 +3,12 @@
 Everything here is pure (no trio, sockets, clocks, os or threads), so the runtime and the
 simulator run the same decisions. Modules are named by concept:
 
+- ``admission``: what a connection may cost the node before it has logged in.
+- ``capacity``: whether a topic's partitions fit the node's reserve.
+- ``connections``: what the node keeps of a connection, and what it answers with.
 - ``identity``: what tells a retried request from another that reuses its number.
+- ``reconcile``: group ids, and which partition groups to open, close or purge.
+- ``refusals``: the budget of refusal log lines.
+- ``sessions``: whether a request may act in the session it names.
 - ``ticks``: which groups are due on which tick, so an idle group costs a tick nothing.
 """
