@@ -465,6 +465,13 @@ def options_catalog(scope: int, segment_size_default: int) -> wire.OptionsCatalo
                 "(a quorum synced it); fixed at create",
             ),
             entry(
+                ENFORCE_FSYNC_KEY,
+                kind.BOOL,
+                defaults.durability is DomainDurability.PERSISTED,
+                "true: durability persisted (acknowledged once a quorum synced the write), "
+                "whatever durability says; false: durability decides; reported as durability",
+            ),
+            entry(
                 "consumer_offset_durability",
                 kind.STRING,
                 defaults.consumer_offset_durability.value,
@@ -504,15 +511,19 @@ def topic_options(options: Sequence[wire.OptionEntry]) -> TopicOptionsPatch:
         StateError: ``UNSUPPORTED_OPTION_KEY`` or ``INVALID_OPTION_VALUE``.
     """
     values: dict[str, Any] = {}
+    enforced = False
     for option in options:
         field = _TOPIC_OPTION_KEYS.get(option.key)
-        if field is None:
+        if field is None and option.key != ENFORCE_FSYNC_KEY:
             raise StateError(ErrorCode.UNSUPPORTED_OPTION_KEY, option.key)
         try:
             value = wire.decode_header_value(option.kind, option.value)
         except wire.ProtocolError:
             raise StateError(ErrorCode.INVALID_OPTION_VALUE, option.key) from None
-        if field in ("durability", "consumer_offset_durability"):
+        if field is None:
+            # Iggy's key for syncing writes: true asks for at least `persisted`.
+            enforced = enforced or _bool_option(option, value)
+        elif field in ("durability", "consumer_offset_durability"):
             values[field] = _enum_option(DomainDurability, option, value)
         elif field == "compression":
             values[field] = _enum_option(DomainCompression, option, value)
@@ -522,7 +533,17 @@ def topic_options(options: Sequence[wire.OptionEntry]) -> TopicOptionsPatch:
             number = _number_option(field, option, value)
             if number != 0:
                 values[field] = number
+    if enforced:
+        # Stronger than any durability it meets: the official SDK always sends one.
+        values["durability"] = DomainDurability.PERSISTED
     return TopicOptionsPatch(**values)
+
+
+ENFORCE_FSYNC_KEY: Final = "enforce_fsync"
+"""Iggy's topic option for syncing each write. true makes the topic's durability
+``persisted`` (a send is acknowledged once a quorum synced it), whatever ``durability``
+says, since the official SDK sends ``durability`` on every create; false leaves
+``durability`` to decide. Reported as ``durability``."""
 
 
 _EXPIRY_NEVER_WORDS: Final = frozenset({"unlimited", "none", "None", "Unlimited", "never_expire"})

@@ -96,6 +96,7 @@ def test_sdk_describe_options_gives_the_topic_keys_the_node_accepts(node: NodePr
         "max_topic_size",
         "segment_size",
         "durability",
+        "enforce_fsync",
         "consumer_offset_durability",
         "messages_required_to_save",
         "size_of_messages_required_to_save",
@@ -114,7 +115,7 @@ def test_sdk_topic_options_as_text_are_read_as_iggy_reads_them(node: NodeProcess
     async def scenario() -> Any:
         client = await connect(node)
         await client.create_stream("texts")
-        options = {"message_expiry": "7 days", "segment_size": "128 MiB"}
+        options = {"message_expiry": "7 days", "segment_size": "128 MiB", "enforce_fsync": "true"}
         await client.create_topic("texts", "t", 1, options=options)
         return await client.get_topic("texts", "t")
 
@@ -124,6 +125,7 @@ def test_sdk_topic_options_as_text_are_read_as_iggy_reads_them(node: NodeProcess
     week_us = 7 * 86_400 * 1_000_000
     assert options[HeaderKey.String("message_expiry")] == HeaderValue.UnsignedInt64(week_us)
     assert options[HeaderKey.String("segment_size")] == HeaderValue.UnsignedInt64(128 << 20)
+    assert options[HeaderKey.String("durability")] == HeaderValue.String("persisted")
 
 
 def test_sdk_login_with_a_wrong_password_is_refused(node: NodeProcess) -> None:

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.state.errors import ErrorCode, StateError
-from broker.state.metadata import EXPIRY_NEVER, SIZE_UNLIMITED
+from broker.state.metadata import EXPIRY_NEVER, SIZE_UNLIMITED, Durability
 from broker.state.option_values import U64_MAX, parse_duration_us, parse_size_bytes
 from broker.state.plane import topic_options
 from sdk import wire
@@ -119,3 +119,18 @@ def test_text_that_does_not_read_is_an_invalid_option_value(key: str, value: str
     with pytest.raises(StateError) as refused:
         topic_options((_text(key, value),))
     assert refused.value.code is ErrorCode.INVALID_OPTION_VALUE
+
+
+def test_iggys_enforce_fsync_asks_for_persisted_durability() -> None:
+    on = topic_options((_text("enforce_fsync", "true"),))
+    assert on.durability is Durability.PERSISTED
+    # The official SDK sends durability on every create: enforce_fsync true still wins,
+    # since persisted is the stronger promise.
+    both = topic_options((_text("durability", "replicated"), _text("enforce_fsync", "true")))
+    assert both.durability is Durability.PERSISTED
+    off = topic_options((wire.OptionEntry("enforce_fsync", wire.HeaderKind.BOOL, b"\x00"),))
+    assert off.durability is None  # durability decides (the default: replicated)
+    kept = topic_options((_text("enforce_fsync", "false"), _text("durability", "persisted")))
+    assert kept.durability is Durability.PERSISTED
+    with pytest.raises(StateError):
+        topic_options((_text("enforce_fsync", "yes"),))
