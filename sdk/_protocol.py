@@ -90,7 +90,10 @@ from sdk.wire import (
     RUNTIME_STATS_CODE,
     AckLevel,
     Balanced,
+    ClientInfo,
     ClientInfoDetails,
+    ClientRef,
+    Clients,
     ClusterMetadata,
     Command,
     CommandCode,
@@ -103,6 +106,7 @@ from sdk.wire import (
     CreateStream,
     CreateTopic,
     DeleteConsumerOffset,
+    DescribeOptions,
     Empty,
     EvictionReason,
     Frame,
@@ -114,7 +118,10 @@ from sdk.wire import (
     LoginRegisterReply,
     MessagesKey,
     Operation,
+    OptionDescriptor,
     OptionEntry,
+    OptionsCatalog,
+    OptionsScope,
     PartitionId,
     PartitionInfo,
     PartitionsChange,
@@ -828,6 +835,21 @@ class ClientCore:
         """GET_ME."""
         payload = yield from self._request(CommandCode.GET_ME, Empty())
         return _expect(payload, ClientInfoDetails)
+
+    def get_clients(self) -> Step[list[ClientInfo]]:
+        """GET_CLIENTS: the answering node's connections (needs ``read_servers``)."""
+        payload = yield from self._request(CommandCode.GET_CLIENTS, Empty())
+        return list(_expect(payload, Clients).clients)
+
+    def get_client(self, client_id: int) -> Step[ClientInfoDetails | None]:
+        """GET_CLIENT (``None`` when no connection of the node has that client id)."""
+        payload = yield from self._request(CommandCode.GET_CLIENT, ClientRef(client_id))
+        return None if payload is None else _expect(payload, ClientInfoDetails)
+
+    def describe_options(self, scope: OptionsScope) -> Step[list[OptionDescriptor]]:
+        """DESCRIBE_OPTIONS: the option keys ``scope`` accepts, with kinds and defaults."""
+        payload = yield from self._request(CommandCode.DESCRIBE_OPTIONS, DescribeOptions(scope))
+        return list(_expect(payload, OptionsCatalog).entries)
 
     def get_cluster_metadata(self) -> Step[ClusterMetadata]:
         """GET_CLUSTER_METADATA; the roster is updated from it."""

@@ -50,6 +50,7 @@ from sdk.types import (
 from sdk.wire import (
     NEED_MORE_BYTES,
     Balanced,
+    ClientInfo,
     ClientInfoDetails,
     ClusterMetadata,
     ConsumerGroupAssignment,
@@ -59,6 +60,8 @@ from sdk.wire import (
     Frame,
     FrameDecoder,
     LoginRegisterReply,
+    OptionDescriptor,
+    OptionsScope,
     PartitionInfo,
     PollingStrategy,
     ProtocolError,
@@ -289,6 +292,20 @@ class Client:
     def get_me(self) -> ClientInfoDetails:
         """This connection's client as the node sees it."""
         return self._run(self._core.get_me())
+
+    def get_clients(self) -> list[ClientInfo]:
+        """The answering node's connections, as Iggy reports them (``read_servers``)."""
+        return self._run(self._core.get_clients())
+
+    def get_client(self, client_id: int) -> ClientInfoDetails | None:
+        """One connection of the answering node, by the client id GET_ME reports, with its
+        consumer groups; ``None`` when none has it."""
+        return self._run(self._core.get_client(client_id))
+
+    def describe_options(self, scope: OptionsScope = OptionsScope.TOPIC) -> list[OptionDescriptor]:
+        """The option keys ``scope`` accepts on create, with the kind, default and meaning
+        of each (streams and users take none)."""
+        return self._run(self._core.describe_options(scope))
 
     def get_cluster_metadata(self) -> ClusterMetadata:
         """The cluster's roster and metadata leader (the client adopts it)."""

@@ -3,7 +3,7 @@ its address, transport and user; one client with its consumer groups; ``read_ser
 
 from __future__ import annotations
 
-from sdk import wire
+from sdk import Client, ClientConfig, wire
 from sdk.wire import CommandCode, IggyErrorCode
 from tests.runtime.processes import ROOT_PASSWORD, NodeProcess
 from tests.wire_client import WireClient
@@ -88,3 +88,17 @@ def test_clients_need_read_servers(node: NodeProcess) -> None:
         ):
             frame = watcher.call_raw(int(code), body)
             assert frame.reply_header().status == IggyErrorCode.UNAUTHORIZED
+
+
+def test_our_sdk_lists_clients_and_describes_options(node: NodeProcess) -> None:
+    config = ClientConfig.one_node(node.address, username="iggy", password=ROOT_PASSWORD)
+    with Client(config) as client:
+        me = client.get_me()
+        listed = [c for c in client.get_clients() if c.client_id == me.client_id]
+        assert listed and listed[0].user_id == me.user_id
+        found = client.get_client(me.client_id)
+        assert found is not None and found.client_id == me.client_id
+        assert client.get_client(0) is None
+        topic = {entry.key: entry for entry in client.describe_options()}
+        assert topic["segment_size"].kind == wire.HeaderKind.UINT64
+        assert client.describe_options(wire.OptionsScope.USER) == []
