@@ -154,10 +154,16 @@ def _poll_until(
 ) -> list[bytes]:
     deadline = time.monotonic() + timeout_s
     while True:
-        found = _poll_all(client, stream, partition)
-        if found == expected or time.monotonic() > deadline:
-            assert found == expected
-            return found
+        try:
+            found = _poll_all(client, stream, partition)
+        except wire.ServerRejected as rejected:
+            # A node that just restarted answers 58 until its replica may serve a read
+            # (recovering, or before it can ask the primary for its commit): not yet.
+            assert rejected.code in TRANSIENT and time.monotonic() < deadline, rejected
+        else:
+            if found == expected or time.monotonic() > deadline:
+                assert found == expected
+                return found
         time.sleep(0.05)
 
 
