@@ -63,16 +63,10 @@ from typing import Any, Final, Protocol
 
 import trio
 
+from broker.core.groups import Outcome, Refused, Replied, SessionLost, Submission
 from broker.core.refusals import RefusalLimiter
 from broker.runtime.config import Config, parse_address
-from broker.runtime.group import (
-    GroupHost,
-    Outcome,
-    Refused,
-    Replied,
-    SessionLost,
-    Submission,
-)
+from broker.runtime.group import GroupHost
 from broker.runtime.stats import NodeCounters
 from consensus import ClientError, Message, MessageError, Prepare, decode_message, encode_message
 from consensus.messages import MESSAGE_SIZE_MAX, Commit

@@ -76,6 +76,14 @@ from typing import Any, Final, TypeVar
 
 import trio
 
+from broker.core.groups import (
+    Forward,
+    GroupRequests,
+    Outcome,
+    Refused,
+    RefusedDiskFull,
+    Submission,
+)
 from broker.core.refusals import RefusalLimiter
 from broker.core.ticks import TickSchedule
 from broker.runtime.disk import DiskGuard
@@ -86,8 +94,6 @@ from broker.state.plane import MetadataMachine, PartitionMachine
 from consensus import (
     Action,
     AppendToJournal,
-    ClientError,
-    ClientRequested,
     Event,
     Message,
     MessageReceived,
@@ -235,72 +241,6 @@ class GroupKind(enum.Enum):
     PARTITION = "partition"
 
 
-@dataclass(frozen=True, slots=True)
-class Replied:
-    """The committed reply of a request."""
-
-    op: int
-    commit: int
-    view: int
-    body: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Refused:
-    """An Iggy error code decided before commit (nothing was applied)."""
-
-    status: int
-
-
-@dataclass(frozen=True, slots=True)
-class SessionLost:
-    """The group's client table does not know the session (log in again)."""
-
-    error: ClientError
-
-
-Outcome = Replied | Refused | SessionLost
-
-#: A request's number, operation and identity digest: a retry has all three of the
-#: request it repeats (``consensus.client_table``, invariant 6).
-RequestIdentity = tuple[int, int, bytes]
-
-REQUEST_MISMATCH_STATUS: Final = IggyErrorCode.REQUEST_ALREADY_APPLIED
-"""The status of a metadata request whose number holds another committed request: the
-number was used, so this request is not applied, and the other's reply is not sent."""
-
-
-@dataclass(slots=True, eq=False)
-class Submission:
-    """One client request on its way to a group, answered once through ``deliver``."""
-
-    client_id: int
-    session: int
-    request: int
-    operation: int
-    body: bytes
-    timestamp_us: int
-    deliver: Callable[[Outcome], None]
-    #: The request's identity digest (``consensus.ClientRequested``), computed where the
-    #: client's frame arrived and forwarded with it.
-    request_checksum: bytes
-    #: Set when its prepare entered the pipeline: the outcome may be unknown from then on.
-    admitted: bool = False
-    done: bool = False
-    #: It came from another node's bus: never forward it again (no forwarding loops).
-    forwarded: bool = False
-
-    @property
-    def identity(self) -> RequestIdentity:
-        """What tells this request from another under the same number."""
-        return (self.request, self.operation, self.request_checksum)
-
-    def answer(self, outcome: Outcome) -> None:
-        if not self.done:
-            self.done = True
-            self.deliver(outcome)
-
-
 @dataclass(slots=True)
 class ReplyWaiter:
     """A one-shot slot a task awaits for a submission's outcome."""
@@ -395,10 +335,8 @@ class GroupHost:
         self._ticks_paid = 0
         """The ``ticker`` tick up to which the replica was stepped: the ticks since are
         owed, and paid first whenever the group steps."""
-        self._requests: deque[Submission] = deque()
-        self._waiters: dict[int, Submission] = {}
-        # client id -> identity of its request prepared here and not yet replied to
-        self._in_flight: dict[int, RequestIdentity] = {}
+        self.requests = GroupRequests()
+        """The group's client requests: queued, in the pipeline, answered once."""
         self._wake = trio.Event()
         self._sync_wanted = trio.Event()
         self._sync_in_flight = False
@@ -432,14 +370,12 @@ class GroupHost:
         if self._stopping or self.failure is not None:
             submission.answer(Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
             return
-        self._requests.append(submission)
+        self.requests.submit(submission)
         self._wake.set()
 
     def abandon(self, submission: Submission) -> None:
         """The submitter stopped waiting (timeout): forget the submission."""
-        submission.done = True
-        if self._waiters.get(submission.client_id) is submission:
-            del self._waiters[submission.client_id]
+        self.requests.abandon(submission)
 
     async def wait_applied(self, op: int) -> None:
         """Wait until this replica has applied ``op`` (committed it locally)."""
@@ -673,7 +609,6 @@ class GroupHost:
         self.replica = None
         self._inbox.clear()
         self._synced = None
-        self._in_flight.clear()
         self.ticker.cancel(self.group_id)
         self._view_seen = None
         self._transfer_seen = None
@@ -743,9 +678,7 @@ class GroupHost:
         return False
 
     def _has_work(self) -> bool:
-        return bool(
-            self._inbox or self._synced is not None or (self._requests and self._admissible())
-        )
+        return bool(self._inbox or self._synced is not None or self.requests.has_work(self.replica))
 
     async def _pass(self) -> None:
         await self._pay_ticks()
@@ -881,14 +814,8 @@ class GroupHost:
         elif replica.read_floor != self._read_floor_seen:
             self._wake_readers()  # a view started: readers may go on
         self._read_floor_seen = replica.read_floor
-        if not (replica.status is Status.NORMAL and replica.is_primary) and self._in_flight:
-            # We lost the primary role with prepares in flight: whether they commit is
-            # decided elsewhere now, so their clients learn the outcome is unknown.
-            for client_id in list(self._in_flight):
-                waiter = self._waiters.pop(client_id, None)
-                if waiter is not None:
-                    waiter.answer(Refused(IggyErrorCode.TRANSIENT_NOT_COMMITTED))
-            self._in_flight.clear()
+        if not (replica.status is Status.NORMAL and replica.is_primary):
+            self.requests.primary_lost()
 
     def _wake_readers(self) -> None:
         self._applied.set()
@@ -909,118 +836,32 @@ class GroupHost:
         if header.operation == Operation.SEND_MESSAGES and len(prepare.body) >= BATCH_HEADER.size:
             counters.prepare_messages += BATCH_HEADER.unpack_from(prepare.body, 0)[6]
         replica = self.replica
-        if replica is not None and replica.is_primary and header.client_id != 0:
-            identity = (header.request, header.operation, header.request_checksum)
-            self._in_flight[header.client_id] = identity
-            waiter = self._waiters.get(header.client_id)
-            if waiter is not None and waiter.identity == identity:
-                waiter.admitted = True
+        self.requests.prepared(header, primary=replica is not None and replica.is_primary)
 
     def _reply(self, action: ReplyToClient) -> None:
-        identity = (action.request, action.operation, action.request_checksum)
-        if self._in_flight.get(action.client_id) == identity:
-            del self._in_flight[action.client_id]
-        waiter = self._waiters.get(action.client_id)
-        if waiter is None or waiter.identity != identity:
-            # Nobody waits for this request: a retry answered earlier, its submitter gave
-            # up, or another request that reuses its number waits (never given this reply).
-            return
-        del self._waiters[action.client_id]
         replica = self.replica
         assert replica is not None
-        if action.error is ClientError.REQUEST_MISMATCH:
-            waiter.answer(Refused(REQUEST_MISMATCH_STATUS))
-        elif action.error is not None:
-            waiter.answer(SessionLost(action.error))
-        elif action.status != 0:
-            waiter.answer(Refused(action.status))
-        else:
-            waiter.answer(Replied(action.op, replica.commit_max, replica.view, action.reply))
+        self.requests.replied(action, commit=replica.commit_max, view=replica.view)
 
     # -- admission --------------------------------------------------------------------------
 
-    def _admissible(self) -> bool:
-        """Whether a request can go on now: forwarded (a backup in normal status) or judged
-        by the replica (``Replica.judges_requests``, with room in its pipeline); otherwise
-        it waits in the queue, bounded by its submitter's timeout."""
-        replica = self.replica
-        if replica is None:
-            return False
-        if replica.status is not Status.NORMAL:
-            return False
-        if not replica.is_primary:
-            return True  # refused or forwarded at once
-        return replica.judges_requests and replica.pipeline_has_room
-
     async def _admit(self) -> None:
+        """Carry out ``GroupRequests.take`` until it has nothing that may go on."""
         replica = self.replica
         assert replica is not None
-        while self._requests and self._admissible():
-            submission = self._requests.popleft()
-            if submission.done:
-                continue
-            if not replica.is_primary:
+        while (taken := self.requests.take(replica, disk_full=self._disk_full())) is not None:
+            submission = taken.submission
+            if isinstance(taken, Forward):
                 if self.forward is None or not self.forward(self, submission):
                     submission.answer(Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
-                continue
-            if (
-                submission.operation == Operation.SEND_MESSAGES
-                and self._disk_full()
-                and replica.would_prepare(
-                    submission.client_id,
-                    submission.session,
-                    submission.request,
-                    submission.operation,
-                    submission.request_checksum,
-                )
-            ):
-                # New messages only: a retry of a prepared or committed request still
-                # gets its answer from the pipeline or the client table.
+            elif isinstance(taken, RefusedDiskFull):
                 self.counters.disk_full_refusals += 1
-                submission.answer(Refused(IggyErrorCode.CANNOT_APPEND_MESSAGE))
-                continue
-            previous = self._waiters.get(submission.client_id)
-            if previous is not None and previous is not submission:
-                # A waiter's request is in the pipeline (it is installed just before its
-                # step, and removed unless the step admitted or absorbed it).
-                if previous.identity == submission.identity:
-                    # A retry of the request in flight: the new submitter takes its place.
-                    previous.done = True
-                elif previous.request == submission.request:
-                    # Another request under the number of the one in flight: it never
-                    # gets that one's reply; it may come back once that one committed.
-                    submission.answer(Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
-                    continue
-                else:
-                    previous.answer(Refused(IggyErrorCode.TRANSIENT_NOT_COMMITTED))
-            self._waiters[submission.client_id] = submission
-            await self._step(
-                ClientRequested(
-                    submission.client_id,
-                    submission.session,
-                    submission.request,
-                    submission.operation,
-                    submission.body,
-                    submission.timestamp_us,
-                    submission.request_checksum,
-                )
-            )
-            if submission.done or submission.admitted:
-                continue
-            if self._in_flight.get(submission.client_id) == submission.identity:
-                continue  # absorbed by its own earlier copy in the pipeline
-            # Dropped by the replica (an old request number, or another request of the
-            # client in flight): nothing was applied.
-            self._waiters.pop(submission.client_id, None)
-            submission.answer(Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
+            else:
+                await self._step(submission.event())
+                self.requests.settle(submission)
 
     def _refuse_all(self, status: int) -> None:
-        for submission in self._requests:
-            submission.answer(Refused(status))
-        self._requests.clear()
-        for waiter in self._waiters.values():
-            waiter.answer(Refused(IggyErrorCode.TRANSIENT_NOT_COMMITTED))
-        self._waiters.clear()
+        self.requests.refuse_all(status)
 
     # -- disk -------------------------------------------------------------------------------
 

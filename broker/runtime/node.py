@@ -71,6 +71,14 @@ import trio
 from broker import __version__
 from broker.core.capacity import beyond_capacity
 from broker.core.connections import ConnectionContext, Response
+from broker.core.groups import (
+    REQUEST_MISMATCH_STATUS,
+    Outcome,
+    Refused,
+    Replied,
+    SessionLost,
+    Submission,
+)
 from broker.core.identity import (
     internal_checksum,
     register_checksum,
@@ -92,17 +100,11 @@ from broker.runtime.disk import DiskGuard
 from broker.runtime.flush import Flusher
 from broker.runtime.group import (
     PARTITION_DESCRIPTORS,
-    REQUEST_MISMATCH_STATUS,
     GroupHost,
     GroupKind,
     GroupTicker,
-    Outcome,
     PartitionIds,
-    Refused,
-    Replied,
     ReplyWaiter,
-    SessionLost,
-    Submission,
 )
 from broker.runtime.stats import NodeCounters, StatsReport, group_report
 from broker.runtime.store import remove_group_dir

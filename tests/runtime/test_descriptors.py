@@ -29,6 +29,7 @@ from typing import Any, Final, cast
 import pytest
 import trio
 
+from broker.core.groups import Outcome, Refused, Replied, Submission
 from broker.core.identity import internal_checksum, register_checksum
 from broker.runtime import bus as bus_module
 from broker.runtime.bus import (
@@ -46,12 +47,8 @@ from broker.runtime.group import (
     DescriptorReserve,
     GroupHost,
     GroupKind,
-    Outcome,
     PartitionIds,
-    Refused,
-    Replied,
     ReplyWaiter,
-    Submission,
 )
 from broker.runtime.serve import DESCRIPTORS_MARGIN
 from broker.runtime.stats import NodeCounters

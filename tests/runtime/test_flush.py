@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 import trio
 
+from broker.core.groups import Replied
 from broker.runtime import flush
 from broker.runtime.flush import Flusher, syncfs_available
-from broker.runtime.group import GroupHost, Replied
+from broker.runtime.group import GroupHost
 from broker.runtime.store import GroupStore
 from journal import JournalBroken
 from tests.journal.helpers import append_many

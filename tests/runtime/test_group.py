@@ -8,18 +8,10 @@ from pathlib import Path
 import trio
 import trio.testing
 
+from broker.core.groups import Outcome, Replied, Submission
 from broker.core.identity import internal_checksum
 from broker.runtime.flush import Flusher
-from broker.runtime.group import (
-    TICKS_OWED_MAX,
-    GroupHost,
-    GroupKind,
-    Outcome,
-    PartitionIds,
-    Replied,
-    ReplyWaiter,
-    Submission,
-)
+from broker.runtime.group import TICKS_OWED_MAX, GroupHost, GroupKind, PartitionIds, ReplyWaiter
 from consensus import Action, Event, Message, ReplicaConfig, Ticked
 from consensus.config import TICKS_IDLE
 from sdk import wire
