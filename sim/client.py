@@ -380,7 +380,10 @@ class Client:
             return
         if reply.op == 0 and reply.status != 0 and pending.kind not in READS:
             # Refused before it entered the log (a lagging node, no topic yet): same
-            # request again after a pause, so it is never applied twice.
+            # request again after a pause, so it is never applied twice, to the primary
+            # the refusal names, as the SDK routes again.
+            if reply.primary >= 0:
+                self.primary_hint[pending.group] = reply.primary
             pending.retry_tick = tick + BACKOFF_TICKS
             return
         if pending.kind in READS and reply.status != 0:

@@ -80,6 +80,9 @@ class ClientReply:
     #: Polls only: the oldest offset the serving replica could still return (its retained
     #: start). Observed for the checkers; a real reply carries no such field.
     first_offset: int = 0
+    #: Refusals of a group's request: the primary of the group's view at the node that
+    #: refused (the header's ``replica`` field of a real status reply), -1 when none.
+    primary: int = -1
 
 
 Payload = ReplicaFrame | ClientRequest | ClientReply

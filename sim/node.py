@@ -4,8 +4,10 @@ Purpose: host, on one simulated machine, a ``consensus.Replica`` of the metadata
 of every partition group, each with the real state machine (``MetadataMachine`` or
 ``PartitionMachine``) and the real journal over a ``MemoryStorage`` (:mod:`sim.disk`);
 execute the replicas' actions the way the runtime must (the host contract of
-``consensus.protocols``); and turn client requests into consensus requests the way the
-runtime's admission does, with the same ``broker.state.plane`` functions.
+``consensus.protocols``); turn client requests into consensus requests the way the
+runtime's admission does, with the same ``broker.state.plane`` functions; and queue,
+admit and answer them with the runtime's own ``broker.core.groups.GroupRequests``, so a
+reply reaches exactly the request it belongs to here as on a real node.
 
 Invariants:
 
@@ -17,6 +19,10 @@ Invariants:
    restart draws a fresh nonce and the draws of one group never shift another's.
 4. The observer sees every applied op, every restored snapshot and every step's outcome;
    it only reads.
+5. Every client request is answered at most once, by ``GroupRequests``: with its reply,
+   a refusal that names the primary of the group's view here, or, after
+   ``REQUEST_TIMEOUT_TICKS``, 58 or 59 as the runtime's submitter says. A backup has
+   nobody to forward to and refuses with 58.
 
 Theory of operation: group 0 is the metadata group; group ``1 + p`` is partition ``p`` of
 stream 0, topic 0, which the workload's operator creates first. Partition groups exist on
@@ -28,10 +34,23 @@ client retries. The node's clock is ``tick * TICK_US``; a primary makes it monot
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Final, Protocol
 
+from broker.core.groups import (
+    REQUEST_TIMEOUT_US,
+    Forward,
+    GroupRequests,
+    Outcome,
+    Refused,
+    RefusedDiskFull,
+    Replied,
+    SessionLost,
+    Submission,
+    timed_out,
+)
 from broker.core.identity import internal_checksum, register_checksum, request_checksum
 from broker.core.reconcile import METADATA_GROUP
 from broker.state.codec import encode_command
@@ -51,7 +70,6 @@ from consensus.config import ReplicaConfig
 from consensus.events import (
     Action,
     AppendToJournal,
-    ClientRequested,
     Event,
     PrepareSynced,
     PrepareWritten,
@@ -66,7 +84,7 @@ from consensus.events import (
 )
 from consensus.messages import Prepare, encode_message
 from consensus.protocols import DurableState, Prepared
-from consensus.replica import Replica
+from consensus.replica import Replica, Status
 from sdk import wire
 from sdk.wire.codes import CommandCode, IggyErrorCode, Operation
 from sim.disk import Disk
@@ -76,6 +94,8 @@ from sim.rng import stream
 
 TICK_US: Final = 10_000
 """One tick is 10 ms of simulated wall clock, as in production."""
+REQUEST_TIMEOUT_TICKS: Final = REQUEST_TIMEOUT_US // TICK_US
+"""How long a request waits for its group before it is told 58 or 59, as in production."""
 STREAM_ID: Final = 0
 TOPIC_ID: Final = 0
 SYSTEM_CODE: Final = 0
@@ -148,6 +168,8 @@ class GroupHost:
     io_tick_last: int = 0
     #: Ticks passed but not yet stepped (``Options.lazy_ticks``): none of them due.
     ticks_owed: int = 0
+    #: Its client requests, as the runtime's group host keeps them (``broker.core.groups``).
+    requests: GroupRequests = field(default_factory=GroupRequests)
 
 
 class Node:
@@ -171,6 +193,9 @@ class Node:
         self.disk_slow_until = 0
         self.outbox: list[tuple[int, Payload]] = []
         self._disk_prng = stream(options.seed, f"disk.latency.{index}")
+        #: (deadline tick, submission) in submission order: the node's submitters, each of
+        #: which stops waiting at its deadline (``broker.core.groups.timed_out``).
+        self._waiting: deque[tuple[int, GroupHost, Submission]] = deque()
         self.groups: list[GroupHost] = []
         for group in range(1 + options.partition_count):
             disk = Disk(
@@ -240,6 +265,7 @@ class Node:
         assert self.alive
         self.alive = False
         self.outbox = []
+        self._waiting.clear()  # the connections that waited are gone with the process
         for host in self.groups:
             host.io = []
             if power_loss:
@@ -266,13 +292,30 @@ class Node:
         if host.ticks_owed:
             self._pay_ticks(tick, host)  # time passes before anything else happens
         self._step(tick, host, event)
+        self._admit_queued(tick, host)
 
     def _step(self, tick: int, host: GroupHost, event: Event) -> None:
-        actions = host.replica.step(event)
+        replica = host.replica
+        actions = replica.step(event)
         self._execute(tick, host, actions)
-        self.observer.on_step(self.index, host.group, host.replica)
+        if not (replica.status is Status.NORMAL and replica.is_primary):
+            host.requests.primary_lost()
+        self.observer.on_step(self.index, host.group, replica)
+
+    def _admit_queued(self, tick: int, host: GroupHost) -> None:
+        """Carry out ``GroupRequests.take`` as the runtime's group host does. Nobody
+        forwards here: a backup refuses with 58, as a node without peers would."""
+        requests = host.requests
+        while (taken := requests.take(host.replica, disk_full=False)) is not None:
+            submission = taken.submission
+            if isinstance(taken, Forward):
+                submission.answer(Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
+            elif not isinstance(taken, RefusedDiskFull):
+                self._step(tick, host, submission.event())
+                requests.settle(submission)
 
     def tick(self, tick: int) -> None:
+        self._expire_waiting(tick)
         if not self.options.lazy_ticks:
             for host in self.groups:
                 self.step(tick, host, Ticked())
@@ -284,6 +327,15 @@ class Node:
             host.ticks_owed += 1
             if host.ticks_owed >= host.replica.ticks_until_due():
                 self._pay_ticks(tick, host)
+                self._admit_queued(tick, host)
+
+    def _expire_waiting(self, tick: int) -> None:
+        waiting = self._waiting
+        while waiting and (waiting[0][0] <= tick or waiting[0][2].done):
+            _, host, submission = waiting.popleft()
+            if not submission.done:
+                host.requests.abandon(submission)
+                submission.deliver(timed_out(submission))
 
     def _pay_ticks(self, tick: int, host: GroupHost) -> None:
         while host.ticks_owed:
@@ -318,9 +370,11 @@ class Node:
                 frame = encode_message(action.message, sender=self.index)
                 self.outbox.append((action.replica, ReplicaFrame(host.group, frame)))
             elif isinstance(action, ReplyToClient):
-                self._reply(action)
+                replica = host.replica
+                host.requests.replied(action, commit=replica.commit_max, view=replica.view)
             elif isinstance(action, AppendToJournal):
                 disk.append(action.prepare)
+                host.requests.prepared(action.prepare.header, primary=host.replica.is_primary)
                 due = self._io_due(tick, host, self.options.disk.write_ticks_max)
                 host.io.append((due, PrepareWritten(action.prepare.op, action.prepare.checksum)))
             elif isinstance(action, SyncJournal):
@@ -342,20 +396,24 @@ class Node:
             # last repair are appended by then, so the index reaches down past them.
             machine.rebuild_index()  # the repaired messages can be polled again
 
-    def _reply(self, action: ReplyToClient) -> None:
-        endpoint = self.client_endpoints.get(action.client_id)
+    def _deliver(self, host: GroupHost, submission: Submission, outcome: Outcome) -> None:
+        """Send ``outcome`` to the client that sent ``submission``, as its connection
+        would carry it: a refusal names the primary of the group's view here, as the
+        runtime's status replies do, so the client can route again."""
+        endpoint = self.client_endpoints.get(submission.client_id)
         if endpoint is None:
             return  # the bootstrap's system client id: nobody waits for it
-        error = action.error.value if action.error is not None else ""
-        reply = ClientReply(
-            action.client_id,
-            action.request,
-            action.op,
-            action.status,
-            action.reply,
-            error,
-            action.request_checksum,
-        )
+        op, status, body, error, primary = 0, 0, b"", "", -1
+        if isinstance(outcome, Replied):
+            op, body = outcome.op, outcome.body
+        elif isinstance(outcome, Refused):
+            status, primary = outcome.status, host.replica.primary
+        else:
+            assert isinstance(outcome, SessionLost)
+            error = outcome.error.value
+        checksum = submission.request_checksum
+        client_id, request = submission.client_id, submission.request
+        reply = ClientReply(client_id, request, op, status, body, error, checksum, primary=primary)
         self.outbox.append((endpoint, reply))
 
     # Admission ---------------------------------------------------------------------------
@@ -464,13 +522,23 @@ class Node:
         *,
         session: int | None = None,
     ) -> None:
-        event = ClientRequested(
-            client_id=request.client_id,
-            session=request.session if session is None else session,
-            request=request.request,
-            operation=int(operation),
-            body=bytes(body),
-            timestamp_us=tick * TICK_US,
-            request_checksum=checksum,
+        host = self.groups[group]
+
+        def deliver(outcome: Outcome) -> None:
+            self._deliver(host, submission, outcome)
+
+        submission = Submission(
+            request.client_id,
+            request.session if session is None else session,
+            request.request,
+            int(operation),
+            bytes(body),
+            tick * TICK_US,
+            deliver,
+            checksum,
         )
-        self.step(tick, self.groups[group], event)
+        host.requests.submit(submission)
+        self._waiting.append((tick + REQUEST_TIMEOUT_TICKS, host, submission))
+        if host.ticks_owed:
+            self._pay_ticks(tick, host)  # time passes before anything else happens
+        self._admit_queued(tick, host)

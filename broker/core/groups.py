@@ -49,6 +49,10 @@ from consensus.replica import Replica, Status
 from sdk.wire import IggyErrorCode
 from sdk.wire.codes import Operation
 
+REQUEST_TIMEOUT_US: Final = 10_000_000
+"""How long a node waits for a group to answer a client request before it tells the
+client 58 or 59 (``timed_out``) and stops waiting."""
+
 
 @dataclass(frozen=True, slots=True)
 class Replied:

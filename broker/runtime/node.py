@@ -73,6 +73,7 @@ from broker.core.capacity import beyond_capacity
 from broker.core.connections import ConnectionContext, Response
 from broker.core.groups import (
     REQUEST_MISMATCH_STATUS,
+    REQUEST_TIMEOUT_US,
     Outcome,
     Refused,
     Replied,
@@ -176,7 +177,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("viewstream.node")
 
-REQUEST_TIMEOUT_S: Final = 10.0
+REQUEST_TIMEOUT_S: Final = REQUEST_TIMEOUT_US / 1_000_000
 """A request not answered by its group within this long gets a transient error."""
 CATCH_UP_TIMEOUT_S: Final = 2.0
 """How long a request waits for this node to apply what its connection already saw."""

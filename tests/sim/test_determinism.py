@@ -24,9 +24,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # 8cab71ef...: repair answers from a replica in normal status became RepairPrepare
 # messages, and partition groups stopped transferring state. 8cab71ef... -> 74caaf30...:
 # prepare headers carry the request's identity digest (152 bytes), and seeds draw number
-# reusers into the workload.
+# reusers into the workload. 74caaf30... -> 91a23668...: the simulated node queues,
+# admits and answers client requests with the runtime's ``broker.core.groups`` (a backup
+# refuses with 58 naming the primary, instead of dropping the request).
 BASELINE_SEED = 5
-BASELINE_TRACE_HASH = "74caaf306f48ca82a6ace1975e54af4f"
+BASELINE_TRACE_HASH = "91a236689f68882cfcef6faa102659e2"
 
 
 def _trace_of(seed: int, hash_seed: str) -> str:
