@@ -104,7 +104,10 @@ def test_a_retry_at_a_new_primary_after_the_old_one_was_killed_is_applied_once(
         reply_b = call_as(client, number, CommandCode.SEND_MESSAGES, batch_b)
         assert _base_offset(reply_b) == 1
         client_id, session = client.client_id, client.session
-    cluster.kill(old)
+        # Killed while this connection is open: had it closed first, the node could end
+        # its session (a closed connection ends the session it opened) before it dies,
+        # and the login below would rightly open a new one.
+        cluster.kill(old)
     survivor = (old + 1) % cluster.count
     # The client comes back on another node under its client id: its login is a retry of
     # the register, which gives it its live session back; then it retries B.
