@@ -6,6 +6,7 @@ simulator run the same decisions. Modules are named by concept:
 - ``admission``: what a connection may cost the node before it has logged in.
 - ``capacity``: whether a topic's partitions fit the node's reserve.
 - ``connections``: what the node keeps of a connection, and what it answers with.
+- ``groups``: a hosted group's client requests: queued, admitted, answered once.
 - ``identity``: what tells a retried request from another that reuses its number.
 - ``reconcile``: group ids, and which partition groups to open, close or purge.
 - ``refusals``: the budget of refusal log lines.

@@ -452,7 +452,7 @@ class GroupHost:
             else:
                 await self._serve_contained(task_status.started)
         finally:
-            self._refuse_all(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+            self.requests.refuse_all(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
             self.closed.set()
 
     async def _open(self) -> Recovered:
@@ -584,7 +584,7 @@ class GroupHost:
             )
         else:
             log.debug("%s: its storage still cannot be opened: %s", self._name(), error)
-        self._refuse_all(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+        self.requests.refuse_all(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
         self.opened.set()
 
     def _log_failure_line(self, level: int, message: str, *args: object) -> None:
@@ -613,7 +613,7 @@ class GroupHost:
         self._view_seen = None
         self._transfer_seen = None
         self._read_floor_seen = None
-        self._refuse_all(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+        self.requests.refuse_all(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
         store, self.store = self.store, None
         if store is not None:
             await self._close_store(store)
@@ -859,9 +859,6 @@ class GroupHost:
             else:
                 await self._step(submission.event())
                 self.requests.settle(submission)
-
-    def _refuse_all(self, status: int) -> None:
-        self.requests.refuse_all(status)
 
     # -- disk -------------------------------------------------------------------------------
 

@@ -51,7 +51,7 @@ class Host:
     written: list[PrepareWritten] = field(default_factory=list)
     forwarded: list[Submission] = field(default_factory=list)
     disk_full: bool = False
-    replies_seen: int = 0
+    taken: list[type] = field(default_factory=list)
 
     def step(self, event: Event) -> None:
         for action in self.replica.step(event):
@@ -60,7 +60,6 @@ class Host:
                 self.requests.prepared(action.prepare.header, primary=self.replica.is_primary)
                 self.written.append(PrepareWritten(action.prepare.op, action.prepare.checksum))
             elif isinstance(action, ReplyToClient):
-                self.replies_seen += 1
                 self.requests.replied(
                     action, commit=self.replica.commit_max, view=self.replica.view
                 )
@@ -69,6 +68,7 @@ class Host:
 
     def admit(self) -> None:
         while (taken := self.requests.take(self.replica, disk_full=self.disk_full)) is not None:
+            self.taken.append(type(taken))
             if isinstance(taken, Forward):
                 self.forwarded.append(taken.submission)
             elif isinstance(taken, Propose):
@@ -201,15 +201,11 @@ def test_a_full_disk_refuses_new_messages_and_still_answers_their_retries() -> N
     host.requests.submit(answers.submission("a", 1, operation=send))
     host.admit()
     host.disk_full = True
-    taken = []
+    host.taken.clear()
     host.requests.submit(answers.submission("new", 1, client_id=6, operation=send))
     host.requests.submit(answers.submission("retry", 1, operation=send))
-    while (admission := host.requests.take(host.replica, disk_full=True)) is not None:
-        taken.append(type(admission))
-        if isinstance(admission, Propose):
-            host.step(admission.submission.event())
-            host.requests.settle(admission.submission)
-    assert taken == [RefusedDiskFull, Propose]
+    host.admit()
+    assert host.taken == [RefusedDiskFull, Propose]
     assert answers.got["new"] == [Refused(IggyErrorCode.CANNOT_APPEND_MESSAGE)]
     host.complete_writes()
     assert [type(o) for o in answers.got["retry"]] == [Replied]
