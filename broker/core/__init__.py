@@ -5,6 +5,7 @@ simulator run the same decisions. Modules are named by concept:
 
 - ``admission``: what a connection may cost the node before it has logged in.
 - ``capacity``: whether a topic's partitions fit the node's reserve.
+- ``commands``: which route each command takes, and what a write proposes to which group.
 - ``connections``: what the node keeps of a connection, and what it answers with.
 - ``groups``: a hosted group's client requests: queued, admitted, answered once.
 - ``identity``: what tells a retried request from another that reuses its number.

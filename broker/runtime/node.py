@@ -62,14 +62,27 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
 from broker import __version__
-from broker.core.capacity import beyond_capacity
+from broker.core.commands import (
+    METADATA_READS,
+    ROUTES,
+    Balancer,
+    Denied,
+    Resync,
+    Route,
+    acting_session,
+    admit_command,
+    admit_metadata_write,
+    admit_offset_write,
+    admit_poll,
+    resync_reply,
+)
 from broker.core.connections import ConnectionContext, Response
 from broker.core.groups import (
     REQUEST_MISMATCH_STATUS,
@@ -124,7 +137,6 @@ from broker.state.metadata import (
     CreateRootUser,
     Durability,
     EndSession,
-    Logout,
     MetadataCommand,
     MetadataState,
     PartitionRef,
@@ -143,14 +155,10 @@ from broker.state.plane import (
     check_password,
     check_username,
     create_user_command,
-    metadata_command,
     options_catalog,
     purge_body,
-    resolved_offset_request,
     route_offset,
-    route_poll,
     route_poll_target,
-    route_send,
     store_offset_body,
 )
 from consensus import ClientError, Message, ReplicaConfig
@@ -202,8 +210,6 @@ _LEGACY_LOGIN_CODES: Final = frozenset(
     {int(CommandCode.LOGIN_USER), int(CommandCode.LOGIN_WITH_PERSONAL_ACCESS_TOKEN)}
 )
 """Iggy's logins before the register handshake (38, 44): evicted with MalformedLogin."""
-POLL_RESYNC_PARTITION: Final = 0xFFFF_FFFF
-"""A poll reply for this partition id tells a consumer-group member to re-sync."""
 TRANSPORT_TCP: Final = 1
 _OPTIONS_COMMANDS: Final = frozenset(
     {
@@ -216,6 +222,15 @@ _OPTIONS_COMMANDS: Final = frozenset(
     }
 )
 """Commands whose body ends in an options block that must fill it (``docs/protocol.md``)."""
+
+
+_Handler = Callable[
+    [ConnectionContext, RequestHeader, CommandCode, wire.RequestPayload, Frame],
+    Awaitable[Response],
+]
+"""How the node carries out one route of ``broker.core.commands.ROUTES``."""
+_NodeRead = Callable[[ConnectionContext, int, wire.RequestPayload], bytes]
+"""A read of the node's own facts: (connection, session, request payload) to the body."""
 
 
 def now_us() -> int:
@@ -240,7 +255,9 @@ class Node:
         self.partitions: dict[tuple[int, int, int], GroupHost] = {}
         self._refs: dict[int, PartitionRef] = {}
         self._scopes: dict[int, trio.CancelScope] = {}
-        self._balanced: dict[tuple[int, int], int] = {}
+        self._balancer = Balancer()
+        self._handlers = self._route_handlers()
+        self._node_reads = self._node_read_table()
         self._nursery: trio.Nursery | None = None
         self.login_throttle = LoginThrottle()
         self._password_checks = trio.CapacityLimiter(PASSWORD_CHECKS_CONCURRENT)
@@ -798,7 +815,10 @@ class Node:
                 return _status(header, ErrorCode.FEATURE_UNAVAILABLE)
             return _status(header, int(error.code))
         log.debug("request %d from %x: %s", header.request, header.client, code.name)
-        if code is CommandCode.PING:
+        route = ROUTES.get(code)
+        if route is None:
+            return _status(header, IggyErrorCode.INVALID_COMMAND)
+        if route is Route.PING:
             return _reply(header)
         try:
             payload = COMMANDS[code].decode_request(frame.body)
@@ -816,7 +836,7 @@ class Node:
                 IggyErrorCode.INVALID_FORMAT,
                 refusal="the stamped request_checksum does not match the body",
             )
-        if code is CommandCode.LOGIN_REGISTER:
+        if route is Route.LOGIN:
             assert isinstance(payload, wire.LoginRegister)
             return await self._login(context, header, payload)
         failure = await self._check_session(context, header)
@@ -828,7 +848,7 @@ class Node:
         if self.metadata.applied_op < seen:
             await self._catch_up(self.metadata, seen)
         try:
-            return await self._dispatch(context, header, code, payload, frame)
+            return await self._handlers[route](context, header, code, payload, frame)
         except StateError as error:
             return _status(header, int(error.code))
 
@@ -1085,7 +1105,27 @@ class Node:
         view = 0 if replica is None else replica.view
         return _status(header, status, view=view, replica=self._primary_of(host, view))
 
-    async def _dispatch(
+    def _route_handlers(self) -> dict[Route, _Handler]:
+        """The handler of every route of ``broker.core.commands.ROUTES`` but PING and the
+        login, which ``_handle`` answers before the session check."""
+        return {
+            Route.METADATA_WRITE: self._metadata_write,
+            Route.LOGOUT: self._metadata_write,
+            Route.CREATE_USER: self._create_user,
+            Route.CHANGE_PASSWORD: self._change_password,
+            Route.SEND: self._send,
+            Route.OFFSET_WRITE: self._offset_write,
+            Route.ATTACH: self._attach,
+            Route.ROUTING: self._route,
+            Route.POLL: self._poll,
+            Route.OFFSET_READ: self._offset_read,
+            Route.METADATA_READ: self._metadata_read,
+            Route.NODE_READ: self._node_read,
+        }
+
+    # -- writes -------------------------------------------------------------------------------
+
+    async def _metadata_write(
         self,
         context: ConnectionContext,
         header: RequestHeader,
@@ -1093,67 +1133,52 @@ class Node:
         payload: wire.RequestPayload,
         frame: Frame,
     ) -> Response:
-        machine = self.metadata.metadata
-        assert machine is not None
-        state = machine.state
-        session = header.session
+        write = admit_metadata_write(
+            self._state(), code, payload, header.session, PARTITION_DESCRIPTORS.partitions_max
+        )
+        if isinstance(write, Denied):
+            return _status(header, write.status, refusal=write.refusal)
         checksum = request_checksum(code, payload, frame.body)
-        if code is CommandCode.CREATE_USER:
-            assert isinstance(payload, wire.CreateUser)
-            return await self._create_user(context, header, checksum, payload)
-        if code is CommandCode.CHANGE_PASSWORD:
-            assert isinstance(payload, wire.ChangePassword)
-            return await self._change_password(context, header, checksum, payload)
-        if header.operation.is_metadata or code is CommandCode.LOGOUT_USER:
-            command: MetadataCommand = (
-                Logout() if code is CommandCode.LOGOUT_USER else metadata_command(code, payload)
-            )
-            denied = state.authorize(command, session)
-            if denied is not None:
-                return _status(header, int(denied))
-            beyond = beyond_capacity(
-                command, state.partitions_total, PARTITION_DESCRIPTORS.partitions_max
-            )
-            if beyond:
-                return _status(header, ErrorCode.PARTITIONS_LIMIT_REACHED, refusal=beyond)
-            outcome = await self._submit(self.metadata, header, checksum, *encode_command(command))
-            if code is CommandCode.LOGOUT_USER and isinstance(outcome, Replied):
-                context.registered_session = 0
-                context.bound_session = 0
-            return self._answer(context, self.metadata, header, outcome)
-        if code is CommandCode.SEND_MESSAGES:
-            assert isinstance(payload, wire.SendMessages)
-            stream_id, topic_id = state.resolve_ids(payload.stream_id.value, payload.topic_id.value)
-            assert topic_id is not None
-            key = (stream_id, topic_id)
-            counter = self._balanced.get(key, 0)
-            route = route_send(state, payload, session, counter)
-            if isinstance(payload.partitioning, wire.Balanced):
-                self._balanced[key] = counter + 1
-            host = self._partition_host(route)
-            outcome = await self._submit(
-                host, header, checksum, Operation.SEND_MESSAGES, bytes(frame.body)
-            )
-            return self._answer(context, host, header, outcome)
-        if code in (CommandCode.STORE_CONSUMER_OFFSET, CommandCode.DELETE_CONSUMER_OFFSET):
-            assert isinstance(payload, wire.StoreConsumerOffset | wire.DeleteConsumerOffset)
-            acting = self._acting_session(context, session)
-            if acting is None:
-                return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
-            route = route_offset(state, payload, acting)
-            host = self._partition_host(route)
-            body = resolved_offset_request(payload, route, state.session(acting).user_id)
-            outcome = await self._submit(host, header, checksum, int(header.operation), body)
-            return self._answer(context, host, header, outcome)
-        if code is CommandCode.ATTACH_CONSUMER_SESSION:
-            assert isinstance(payload, wire.ConsumerSessionAttachment)
-            return await self._attach(context, header, payload)
-        # Reads: from committed local state, after what this connection already saw.
-        await self._catch_up(self.metadata, context.seen.get(METADATA_GROUP, 0))
-        if code in (CommandCode.POLL_ROUTING, CommandCode.CONSUMER_OFFSET_ROUTING):
-            assert isinstance(payload, wire.PollMessages | wire.GetConsumerOffset)
-            return self._route(header, payload)
-        return await self._read(context, header, code, payload)
+        outcome = await self._submit(self.metadata, header, checksum, write.operation, write.body)
+        if code is CommandCode.LOGOUT_USER and isinstance(outcome, Replied):
+            context.registered_session = 0
+            context.bound_session = 0
+        return self._answer(context, self.metadata, header, outcome)
+
+    async def _send(
+        self,
+        context: ConnectionContext,
+        header: RequestHeader,
+        code: CommandCode,
+        payload: wire.RequestPayload,
+        frame: Frame,
+    ) -> Response:
+        assert isinstance(payload, wire.SendMessages)
+        body = bytes(frame.body)
+        write = self._balancer.admit_send(self._state(), payload, body, header.session)
+        host = self._partition_host(write.route)
+        checksum = request_checksum(code, payload, frame.body)
+        outcome = await self._submit(host, header, checksum, write.operation, write.body)
+        return self._answer(context, host, header, outcome)
+
+    async def _offset_write(
+        self,
+        context: ConnectionContext,
+        header: RequestHeader,
+        code: CommandCode,
+        payload: wire.RequestPayload,
+        frame: Frame,
+    ) -> Response:
+        assert isinstance(payload, wire.StoreConsumerOffset | wire.DeleteConsumerOffset)
+        state = self._state()
+        acting = acting_session(context, state, header.session)
+        if acting is None:
+            return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+        write = admit_offset_write(state, code, payload, acting)
+        host = self._partition_host(write.route)
+        checksum = request_checksum(code, payload, frame.body)
+        outcome = await self._submit(host, header, checksum, write.operation, write.body)
+        return self._answer(context, host, header, outcome)
 
     # -- users --------------------------------------------------------------------------------
 
@@ -1161,11 +1186,14 @@ class Node:
         self,
         context: ConnectionContext,
         header: RequestHeader,
-        checksum: bytes,
-        request: wire.CreateUser,
+        code: CommandCode,
+        request: wire.RequestPayload,
+        frame: Frame,
     ) -> Response:
         """Hash the new password here (the node that proposes) with a fresh salt; only the
         hash enters the command, the log and every replica."""
+        assert isinstance(request, wire.CreateUser)
+        checksum = request_checksum(code, request, frame.body)
         state = self._state()
         denied = state.permits(header.session, Action.MANAGE_USERS)
         if denied is not None:
@@ -1173,22 +1201,24 @@ class Node:
         check_username(request.username)  # before the hash: refusals cost no scrypt
         check_password(request.password)
         digest = await self._hash_new_password(request.password)
-        command = create_user_command(request, digest)
-        denied = state.authorize(command, header.session)
-        if denied is not None:
-            return _status(header, int(denied))
-        outcome = await self._submit(self.metadata, header, checksum, *encode_command(command))
+        write = admit_command(state, create_user_command(request, digest), header.session)
+        if isinstance(write, Denied):
+            return _status(header, write.status, refusal=write.refusal)
+        outcome = await self._submit(self.metadata, header, checksum, write.operation, write.body)
         return self._answer(context, self.metadata, header, outcome)
 
     async def _change_password(
         self,
         context: ConnectionContext,
         header: RequestHeader,
-        checksum: bytes,
-        request: wire.ChangePassword,
+        code: CommandCode,
+        request: wire.RequestPayload,
+        frame: Frame,
     ) -> Response:
         """One's own password, or anyone's with ``manage_users``; the current password is
         verified against the committed hash, the new one hashed with a fresh salt."""
+        assert isinstance(request, wire.ChangePassword)
+        checksum = request_checksum(code, request, frame.body)
         state = self._state()
         target = state.user(request.user_id.value)
         actor = state.session(header.session)
@@ -1201,34 +1231,25 @@ class Node:
             return _status(header, IggyErrorCode.INVALID_CREDENTIALS)
         check_password(request.new_password)
         digest = await self._hash_new_password(request.new_password)
-        command = change_password_command(request, digest)
-        denied = state.authorize(command, header.session)
-        if denied is not None:
-            return _status(header, int(denied))
-        outcome = await self._submit(self.metadata, header, checksum, *encode_command(command))
+        write = admit_command(state, change_password_command(request, digest), header.session)
+        if isinstance(write, Denied):
+            return _status(header, write.status, refusal=write.refusal)
+        outcome = await self._submit(self.metadata, header, checksum, write.operation, write.body)
         return self._answer(context, self.metadata, header, outcome)
 
     # -- auto-commit polls and offset writes in a cluster ------------------------------------
 
-    def _acting_session(self, context: ConnectionContext, session: int) -> int | None:
-        """The session partition requests act for: the attached one, or this connection's
-        own. ``None`` when the attached session has ended: the caller refuses with
-        TransientNotAccepted, on which the official SDK routes and attaches again."""
-        attached = context.attached_session
-        if not attached:
-            return session
-        try:
-            self._state().session(attached)
-        except StateError:
-            context.attached_session = 0
-            return None
-        return attached
-
-    def _route(
-        self, header: RequestHeader, request: wire.PollMessages | wire.GetConsumerOffset
+    async def _route(
+        self,
+        context: ConnectionContext,
+        header: RequestHeader,
+        code: CommandCode,
+        request: wire.RequestPayload,
+        frame: Frame,
     ) -> Response:
         """Where an auto-commit poll (103) or an offset write (123) must go: the partition
         group's primary, and the attachment the client presents there."""
+        assert isinstance(request, wire.PollMessages | wire.GetConsumerOffset)
         state = self._state()
         if isinstance(request, wire.PollMessages):
             route = route_poll_target(state, request, header.session)
@@ -1249,10 +1270,13 @@ class Node:
         self,
         context: ConnectionContext,
         header: RequestHeader,
-        attachment: wire.ConsumerSessionAttachment,
+        code: CommandCode,
+        attachment: wire.RequestPayload,
+        frame: Frame,
     ) -> Response:
         """Let this connection act for a session of the same user (its coordinator's),
         once this node has applied the metadata the coordinator routed with."""
+        assert isinstance(attachment, wire.ConsumerSessionAttachment)
         await self._catch_up(self.metadata, attachment.metadata_op)
         if self.metadata.applied_op < attachment.metadata_op:
             return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
@@ -1279,10 +1303,13 @@ class Node:
             for context in contexts
         ]
 
-    def _state(self) -> MetadataState:
+    def _machine(self) -> MetadataMachine:
         machine = self.metadata.metadata
         assert machine is not None
-        return machine.state
+        return machine
+
+    def _state(self) -> MetadataState:
+        return self._machine().state
 
     def _partition_host(self, route: PartitionRoute) -> GroupHost:
         host = self.partitions.get((route.stream_id, route.topic_id, route.partition_id))
@@ -1291,121 +1318,139 @@ class Node:
             raise StateError(ErrorCode.PARTITION_NOT_FOUND, "partition group not open yet")
         return host
 
-    async def _read(
+    # -- reads ------------------------------------------------------------------------------
+
+    async def _poll(
         self,
         context: ConnectionContext,
         header: RequestHeader,
         code: CommandCode,
         payload: wire.RequestPayload,
+        frame: Frame,
+    ) -> Response:
+        """Messages from the partition's committed state, behind the read barrier; a poll
+        routed here (POLL_PRIMARY) acts for the attached session and needs the primary."""
+        assert isinstance(payload, wire.PollMessages)
+        state = self._state()
+        session = header.session
+        if code is CommandCode.POLL_PRIMARY:
+            acting = acting_session(context, state, session)
+            if acting is None:
+                return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+            session = acting
+        admitted = admit_poll(state, payload, session)
+        if isinstance(admitted, Resync):
+            return Response(build_reply_frame_parts(header, resync_reply()))
+        route = admitted.route
+        host = self._partition_host(route)
+        if code is CommandCode.POLL_PRIMARY and not host.is_primary:
+            # Routed here by a stale route: the client asks for the route again.
+            return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
+        await host.opened.wait()
+        fresh = payload.strategy.kind is wire.PollingKind.NEXT
+        seen = context.seen.get(host.group_id, 0)
+        if not await self._read_barrier(host, seen, fresh=fresh):
+            # Restarted or in a view change: its state may lack acknowledged ops.
+            return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
+        await host.wait_journal_readable()
+        if host.replica is not None and not host.replica.log_whole:
+            # Committed messages are missing here until repaired from a peer (after a
+            # restart found them damaged): the client reads from the primary instead.
+            return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
+        partition_machine = host.partition_machine
+        assert partition_machine is not None and route.consumer is not None
+        parts, store = partition_machine.poll(payload, route.consumer)
+        if store is not None:
+            self._auto_commit(host, route, store, admitted.user_id)
+        return Response(build_reply_frame_parts(header, parts, replica=self.replica_index))
+
+    async def _offset_read(
+        self,
+        context: ConnectionContext,
+        header: RequestHeader,
+        code: CommandCode,
+        payload: wire.RequestPayload,
+        frame: Frame,
+    ) -> Response:
+        """A stored consumer offset, behind a fresh read barrier (it may have been stored
+        through another node)."""
+        assert isinstance(payload, wire.GetConsumerOffset)
+        route = route_offset(self._state(), payload, header.session)
+        host = self._partition_host(route)
+        await host.opened.wait()
+        seen = context.seen.get(host.group_id, 0)
+        if not await self._read_barrier(host, seen, fresh=True):
+            return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
+        partition_machine = host.partition_machine
+        assert partition_machine is not None and route.consumer is not None
+        body = partition_machine.get_consumer_offset(route.consumer)
+        return _reply(header, body, replica=self.replica_index)
+
+    async def _metadata_read(
+        self,
+        context: ConnectionContext,
+        header: RequestHeader,
+        code: CommandCode,
+        payload: wire.RequestPayload,
+        frame: Frame,
     ) -> Response:
         machine = self.metadata.metadata
         assert machine is not None
-        state = machine.state
-        session = header.session
-        stats = self.partition_stats
-        body: bytes
-        if code in (CommandCode.POLL_MESSAGES, CommandCode.POLL_PRIMARY):
-            assert isinstance(payload, wire.PollMessages)
-            if code is CommandCode.POLL_PRIMARY:
-                acting = self._acting_session(context, session)
-                if acting is None:
-                    return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
-                session = acting
-            try:
-                route = route_poll(state, payload, session)
-            except StateError as error:
-                if (
-                    error.code
-                    in (
-                        ErrorCode.CONSUMER_GROUP_PARTITION_NOT_OWNED,
-                        ErrorCode.CONSUMER_GROUP_MEMBER_NOT_FOUND,
-                    )
-                    and payload.consumer.kind == wire.ConsumerKind.CONSUMER_GROUP
-                ):
-                    # The assignment changed: tell the member to sync and poll again.
-                    parts = wire.poll_reply_parts(POLL_RESYNC_PARTITION, 0, ())
-                    return Response(build_reply_frame_parts(header, parts))
-                raise
-            user_id = state.session(session).user_id  # an auto-commit is charged to it
-            host = self._partition_host(route)
-            if code is CommandCode.POLL_PRIMARY and not host.is_primary:
-                # Routed here by a stale route: the client asks for the route again.
-                return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
-            await host.opened.wait()
-            fresh = payload.strategy.kind is wire.PollingKind.NEXT
-            seen = context.seen.get(host.group_id, 0)
-            if not await self._read_barrier(host, seen, fresh=fresh):
-                # Restarted or in a view change: its state may lack acknowledged ops.
-                return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
-            await host.wait_journal_readable()
-            if host.replica is not None and not host.replica.log_whole:
-                # Committed messages are missing here until repaired from a peer (after a
-                # restart found them damaged): the client reads from the primary instead.
-                return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
-            partition_machine = host.partition_machine
-            assert partition_machine is not None and route.consumer is not None
-            parts, store = partition_machine.poll(payload, route.consumer)
-            if store is not None:
-                self._auto_commit(host, route, store, user_id)
-            return Response(build_reply_frame_parts(header, parts, replica=self.replica_index))
-        if code is CommandCode.GET_CONSUMER_OFFSET:
-            assert isinstance(payload, wire.GetConsumerOffset)
-            route = route_offset(state, payload, session)
-            host = self._partition_host(route)
-            await host.opened.wait()
-            seen = context.seen.get(host.group_id, 0)
-            if not await self._read_barrier(host, seen, fresh=True):
-                return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
-            partition_machine = host.partition_machine
-            assert partition_machine is not None and route.consumer is not None
-            body = partition_machine.get_consumer_offset(route.consumer)
-        elif code is CommandCode.GET_STREAM:
-            assert isinstance(payload, wire.StreamRef)
-            body = machine.get_stream(payload, session, stats)
-        elif code is CommandCode.GET_STREAMS:
-            body = machine.get_streams(session, stats)
-        elif code is CommandCode.GET_TOPIC:
-            assert isinstance(payload, wire.TopicRef)
-            body = machine.get_topic(payload, session, stats)
-        elif code is CommandCode.GET_TOPICS:
-            assert isinstance(payload, wire.StreamRef)
-            body = machine.get_topics(payload, session, stats)
-        elif code is CommandCode.GET_CONSUMER_GROUP:
-            assert isinstance(payload, wire.GroupRef)
-            body = machine.get_consumer_group(payload, session)
-        elif code is CommandCode.GET_CONSUMER_GROUPS:
-            assert isinstance(payload, wire.TopicRef)
-            body = machine.get_consumer_groups(payload, session)
-        elif code is CommandCode.SYNC_CONSUMER_GROUP:
-            assert isinstance(payload, wire.GroupRef)
-            body = machine.sync_consumer_group(payload, session)
-        elif code is CommandCode.GET_USER:
-            assert isinstance(payload, wire.UserRef)
-            body = machine.get_user(payload, session)
-        elif code is CommandCode.GET_USERS:
-            body = machine.get_users(session)
-        elif code is CommandCode.GET_ME:
-            body = machine.get_me(session, TRANSPORT_TCP, context.address)
-        elif code is CommandCode.GET_CLIENTS:
-            body = machine.get_clients(session, self._client_connections())
-        elif code is CommandCode.GET_CLIENT:
-            assert isinstance(payload, wire.ClientRef)
-            body = machine.get_client(payload, session, self._client_connections())
-        elif code is CommandCode.GET_CLUSTER_METADATA:
-            body = self.cluster_metadata().encode()
-        elif code is CommandCode.DESCRIBE_OPTIONS:
-            # Any logged-in user, as Iggy: a static catalog and this node's defaults.
-            assert isinstance(payload, wire.DescribeOptions)
-            segment_default = self.config.segment_size_bytes
-            body = options_catalog(payload.scope, segment_default).encode()
-        elif code is CommandCode.GET_STATS:
-            denied = state.permits(session, Action.READ_SERVERS)
-            if denied is not None:
-                return _status(header, int(denied))
-            body = self._stats_payload().encode()
-        else:
-            return _status(header, IggyErrorCode.INVALID_COMMAND)
+        body = METADATA_READS[code](machine, payload, header.session, self.partition_stats)
         return _reply(header, body, replica=self.replica_index)
+
+    async def _node_read(
+        self,
+        context: ConnectionContext,
+        header: RequestHeader,
+        code: CommandCode,
+        payload: wire.RequestPayload,
+        frame: Frame,
+    ) -> Response:
+        """A read of this node's own facts (``_node_reads``)."""
+        body = self._node_reads[code](context, header.session, payload)
+        return _reply(header, body, replica=self.replica_index)
+
+    def _node_read_table(self) -> dict[CommandCode, _NodeRead]:
+        """The read of every command on ``Route.NODE_READ``."""
+        return {
+            CommandCode.GET_ME: self._get_me,
+            CommandCode.GET_CLIENTS: self._get_clients,
+            CommandCode.GET_CLIENT: self._get_client,
+            CommandCode.GET_CLUSTER_METADATA: self._get_cluster_metadata,
+            CommandCode.DESCRIBE_OPTIONS: self._describe_options,
+            CommandCode.GET_STATS: self._get_stats,
+        }
+
+    def _get_me(self, context: ConnectionContext, session: int, _: wire.RequestPayload) -> bytes:
+        return self._machine().get_me(session, TRANSPORT_TCP, context.address)
+
+    def _get_clients(self, _: ConnectionContext, session: int, __: wire.RequestPayload) -> bytes:
+        return self._machine().get_clients(session, self._client_connections())
+
+    def _get_client(
+        self, _: ConnectionContext, session: int, payload: wire.RequestPayload
+    ) -> bytes:
+        assert isinstance(payload, wire.ClientRef)
+        return self._machine().get_client(payload, session, self._client_connections())
+
+    def _get_cluster_metadata(
+        self, _: ConnectionContext, __: int, ___: wire.RequestPayload
+    ) -> bytes:
+        return self.cluster_metadata().encode()
+
+    def _describe_options(
+        self, _: ConnectionContext, __: int, payload: wire.RequestPayload
+    ) -> bytes:
+        """Any logged-in user, as Iggy: a static catalog and this node's defaults."""
+        assert isinstance(payload, wire.DescribeOptions)
+        return options_catalog(payload.scope, self.config.segment_size_bytes).encode()
+
+    def _get_stats(self, _: ConnectionContext, session: int, __: wire.RequestPayload) -> bytes:
+        denied = self._state().permits(session, Action.READ_SERVERS)
+        if denied is not None:
+            raise StateError(denied)
+        return self._stats_payload().encode()
 
     async def _runtime_stats(self, context: ConnectionContext, header: RequestHeader) -> Response:
         import json

@@ -1,0 +1,388 @@
+"""Which way each client command goes through a node, and the decisions of the writes.
+
+Purpose: a node answers some commands itself (PING, reads of committed metadata, facts of
+its own), proposes others to the metadata group or to one partition group, and gives a
+few their own path (a login checks a password off the event loop, a new password is
+hashed before it is proposed, an attach waits for metadata). :data:`ROUTES` says, as a
+table, which route each command takes; the functions below decide, against the node's
+committed metadata, what a write proposes and to which group, so the runtime and the
+simulator admit a request exactly alike.
+
+Invariants:
+
+1. Every command the codec decodes (``sdk.wire.COMMANDS``) has exactly one route; a code
+   without one is refused with ``INVALID_COMMAND`` by the driver, never handled by a
+   fallback branch.
+2. A write is judged before it is proposed: the session's permissions (``authorize`` or
+   the route functions of ``broker.state.plane``) and the node's partition capacity
+   (``broker.core.capacity``). A refused write is never proposed.
+3. What a write proposes is a function of the request, the session it acts for and the
+   committed metadata at admission (plus, for a balanced send, the node's own round-robin
+   counter, local as in Iggy), so every driver proposes the same op for the same request.
+4. Pure: no clock, IO or task; the driver catches the ``StateError`` a decision raises and
+   answers it with the error's code.
+
+Theory of operation: the driver decodes the frame, checks the session
+(``broker.core.sessions``) and looks the command's route up in :data:`ROUTES`; its handler
+for that route (a table of the driver's too) calls :func:`admit_metadata_write`,
+:func:`admit_send`, :func:`admit_offset_write` or :func:`admit_poll` and carries out what
+it returns: it submits a :class:`MetadataWrite` or :class:`PartitionWrite` to the group's
+host (``broker.core.groups``), answers a :class:`Denied` with its status, and serves an
+admitted poll from the partition's state once the read barrier allows it. Reads of
+committed metadata are :data:`METADATA_READS`, one function per command.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final
+
+from broker.core.capacity import beyond_capacity
+from broker.core.connections import ConnectionContext
+from broker.state.codec import encode_command
+from broker.state.errors import ErrorCode, StateError
+from broker.state.metadata import MetadataCommand, MetadataState
+from broker.state.plane import (
+    MetadataMachine,
+    PartitionRoute,
+    StatsSource,
+    metadata_command,
+    resolved_offset_request,
+    route_offset,
+    route_poll,
+    route_send,
+)
+from sdk import wire
+from sdk.wire import CommandCode
+from sdk.wire.codes import operation_for_code
+
+POLL_RESYNC_PARTITION: Final = 0xFFFF_FFFF
+"""A poll reply for this partition id tells a consumer-group member to sync and poll
+again: the group's assignment changed under it."""
+
+
+class Route(enum.Enum):
+    """The ways a command goes through a node."""
+
+    PING = "ping"
+    """Answered at once, before any session check."""
+    LOGIN = "login"
+    """A password check off the event loop, then a register proposed to the metadata group."""
+    METADATA_WRITE = "metadata write"
+    """A metadata command, judged (:func:`admit_metadata_write`) and proposed."""
+    LOGOUT = "logout"
+    """A metadata write that also unbinds the connection's session once committed."""
+    CREATE_USER = "create user"
+    """A metadata write whose password is hashed (off the event loop) before it is proposed."""
+    CHANGE_PASSWORD = "change password"
+    """A metadata write that verifies the current password and hashes the new one first."""
+    SEND = "send"
+    """Messages, proposed to the partition group the send routes to (:func:`admit_send`)."""
+    OFFSET_WRITE = "offset write"
+    """A consumer offset stored or deleted in its partition group (:func:`admit_offset_write`)."""
+    ATTACH = "attach"
+    """The connection acts for a session of the same user, once the node has applied the
+    metadata op the route was given at."""
+    ROUTING = "routing"
+    """Where a poll or an offset write of a cluster client must go: the group's primary."""
+    POLL = "poll"
+    """Messages read from a partition's state behind the read barrier (:func:`admit_poll`)."""
+    OFFSET_READ = "offset read"
+    """A stored consumer offset, read behind a fresh read barrier."""
+    METADATA_READ = "metadata read"
+    """Read from committed metadata (:data:`METADATA_READS`)."""
+    NODE_READ = "node read"
+    """Facts of this node: its clients, the cluster, its stats and option defaults."""
+
+
+ROUTES: Final[Mapping[CommandCode, Route]] = MappingProxyType(
+    {
+        CommandCode.PING: Route.PING,
+        CommandCode.LOGIN_REGISTER: Route.LOGIN,
+        CommandCode.LOGOUT_USER: Route.LOGOUT,
+        CommandCode.CREATE_USER: Route.CREATE_USER,
+        CommandCode.CHANGE_PASSWORD: Route.CHANGE_PASSWORD,
+        CommandCode.DELETE_USER: Route.METADATA_WRITE,
+        CommandCode.UPDATE_USER: Route.METADATA_WRITE,
+        CommandCode.UPDATE_PERMISSIONS: Route.METADATA_WRITE,
+        CommandCode.CREATE_STREAM: Route.METADATA_WRITE,
+        CommandCode.DELETE_STREAM: Route.METADATA_WRITE,
+        CommandCode.UPDATE_STREAM: Route.METADATA_WRITE,
+        CommandCode.PURGE_STREAM: Route.METADATA_WRITE,
+        CommandCode.CREATE_TOPIC: Route.METADATA_WRITE,
+        CommandCode.DELETE_TOPIC: Route.METADATA_WRITE,
+        CommandCode.UPDATE_TOPIC: Route.METADATA_WRITE,
+        CommandCode.PURGE_TOPIC: Route.METADATA_WRITE,
+        CommandCode.CREATE_PARTITIONS: Route.METADATA_WRITE,
+        CommandCode.DELETE_PARTITIONS: Route.METADATA_WRITE,
+        CommandCode.CREATE_CONSUMER_GROUP: Route.METADATA_WRITE,
+        CommandCode.DELETE_CONSUMER_GROUP: Route.METADATA_WRITE,
+        CommandCode.JOIN_CONSUMER_GROUP: Route.METADATA_WRITE,
+        CommandCode.LEAVE_CONSUMER_GROUP: Route.METADATA_WRITE,
+        CommandCode.SEND_MESSAGES: Route.SEND,
+        CommandCode.STORE_CONSUMER_OFFSET: Route.OFFSET_WRITE,
+        CommandCode.DELETE_CONSUMER_OFFSET: Route.OFFSET_WRITE,
+        CommandCode.ATTACH_CONSUMER_SESSION: Route.ATTACH,
+        CommandCode.POLL_ROUTING: Route.ROUTING,
+        CommandCode.CONSUMER_OFFSET_ROUTING: Route.ROUTING,
+        CommandCode.POLL_MESSAGES: Route.POLL,
+        CommandCode.POLL_PRIMARY: Route.POLL,
+        CommandCode.GET_CONSUMER_OFFSET: Route.OFFSET_READ,
+        CommandCode.GET_STREAM: Route.METADATA_READ,
+        CommandCode.GET_STREAMS: Route.METADATA_READ,
+        CommandCode.GET_TOPIC: Route.METADATA_READ,
+        CommandCode.GET_TOPICS: Route.METADATA_READ,
+        CommandCode.GET_CONSUMER_GROUP: Route.METADATA_READ,
+        CommandCode.GET_CONSUMER_GROUPS: Route.METADATA_READ,
+        CommandCode.SYNC_CONSUMER_GROUP: Route.METADATA_READ,
+        CommandCode.GET_USER: Route.METADATA_READ,
+        CommandCode.GET_USERS: Route.METADATA_READ,
+        CommandCode.GET_ME: Route.NODE_READ,
+        CommandCode.GET_CLIENT: Route.NODE_READ,
+        CommandCode.GET_CLIENTS: Route.NODE_READ,
+        CommandCode.GET_CLUSTER_METADATA: Route.NODE_READ,
+        CommandCode.DESCRIBE_OPTIONS: Route.NODE_READ,
+        CommandCode.GET_STATS: Route.NODE_READ,
+    }
+)
+"""The route of every command this node serves (invariant 1)."""
+
+
+# -- writes -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Denied:
+    """A write refused at admission with an Iggy status; nothing was proposed."""
+
+    status: int
+    refusal: str = ""
+    """What the refusal log line says, where the status alone does not (or "")."""
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataWrite:
+    """Propose ``operation`` with ``body`` to the metadata group."""
+
+    command: MetadataCommand
+    operation: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionWrite:
+    """Propose ``operation`` with ``body`` to the group of ``route``'s partition."""
+
+    route: PartitionRoute
+    operation: int
+    body: bytes
+
+
+def admit_metadata_write(
+    state: MetadataState,
+    code: CommandCode,
+    payload: wire.RequestPayload,
+    session: int,
+    partitions_max: int | None,
+) -> MetadataWrite | Denied:
+    """The metadata command of a request on :attr:`Route.METADATA_WRITE` or
+    :attr:`Route.LOGOUT`, judged for ``session`` and for a node that hosts at most
+    ``partitions_max`` partitions (None: no bound).
+
+    Raises:
+        StateError: an option or value the server does not support.
+    """
+    command = metadata_command(code, payload)
+    return admit_command(state, command, session, partitions_max)
+
+
+def admit_command(
+    state: MetadataState,
+    command: MetadataCommand,
+    session: int,
+    partitions_max: int | None = None,
+) -> MetadataWrite | Denied:
+    """``command`` judged for ``session`` (permissions, then capacity) and encoded."""
+    denied = state.authorize(command, session)
+    if denied is not None:
+        return Denied(int(denied))
+    beyond = beyond_capacity(command, state.partitions_total, partitions_max)
+    if beyond:
+        return Denied(int(ErrorCode.PARTITIONS_LIMIT_REACHED), beyond)
+    operation, body = encode_command(command)
+    return MetadataWrite(command, int(operation), body)
+
+
+class Balancer:
+    """The node's round-robin counter per topic for balanced sends (local, as in Iggy: two
+    nodes spread a topic's balanced sends independently)."""
+
+    __slots__ = ("_next",)
+
+    def __init__(self) -> None:
+        self._next: dict[tuple[int, int], int] = {}
+
+    def admit_send(
+        self, state: MetadataState, send: wire.SendMessages, body: bytes, session: int
+    ) -> PartitionWrite:
+        """The partition group a send goes to, with ``body`` (the request body as
+        received) as its op; a balanced send moves the topic's counter on only once it
+        is admitted.
+
+        Raises:
+            StateError: unknown stream, topic or partition, no partitions, no permission.
+        """
+        stream_id, topic_id = state.resolve_ids(send.stream_id.value, send.topic_id.value)
+        assert topic_id is not None
+        key = (stream_id, topic_id)
+        counter = self._next.get(key, 0)
+        route = route_send(state, send, session, counter)
+        if isinstance(send.partitioning, wire.Balanced):
+            self._next[key] = counter + 1
+        return PartitionWrite(route, int(operation_for_code(CommandCode.SEND_MESSAGES)), body)
+
+
+def admit_offset_write(
+    state: MetadataState,
+    code: CommandCode,
+    payload: wire.StoreConsumerOffset | wire.DeleteConsumerOffset,
+    acting: int,
+) -> PartitionWrite:
+    """A consumer offset stored or deleted for session ``acting`` (the attached session,
+    or the connection's own: :func:`acting_session`), with its consumer group resolved
+    and its partition explicit, charged to the acting session's user.
+
+    Raises:
+        StateError: unknown objects, or no permission.
+    """
+    route = route_offset(state, payload, acting)
+    body = resolved_offset_request(payload, route, state.session(acting).user_id)
+    return PartitionWrite(route, int(operation_for_code(code)), body)
+
+
+def acting_session(context: ConnectionContext, state: MetadataState, session: int) -> int | None:
+    """The session a connection's partition requests act for: the one it attached
+    (``ATTACH_CONSUMER_SESSION``), or ``session``, its own. None when the attached session
+    has ended (the attachment is dropped): the driver refuses with TransientNotAccepted,
+    on which the official SDK routes and attaches again."""
+    attached = context.attached_session
+    if not attached:
+        return session
+    try:
+        state.session(attached)
+    except StateError:
+        context.attached_session = 0
+        return None
+    return attached
+
+
+# -- polls ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PollAdmitted:
+    """A poll the node may serve from ``route``'s partition, once its read barrier
+    allows; an auto-commit it makes is charged to ``user_id``."""
+
+    route: PartitionRoute
+    user_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Resync:
+    """The member's assignment changed: answer with a reply for
+    :data:`POLL_RESYNC_PARTITION`, on which it syncs and polls again."""
+
+
+def admit_poll(
+    state: MetadataState, poll: wire.PollMessages, session: int
+) -> PollAdmitted | Resync:
+    """Where a poll by ``session`` reads, judged against the group assignment.
+
+    Raises:
+        StateError: unknown objects, or no permission.
+    """
+    try:
+        route = route_poll(state, poll, session)
+    except StateError as error:
+        if poll.consumer.kind == wire.ConsumerKind.CONSUMER_GROUP and error.code in (
+            ErrorCode.CONSUMER_GROUP_PARTITION_NOT_OWNED,
+            ErrorCode.CONSUMER_GROUP_MEMBER_NOT_FOUND,
+        ):
+            return Resync()
+        raise
+    return PollAdmitted(route, state.session(session).user_id)
+
+
+def resync_reply() -> list[wire.Buffer]:
+    """The parts of the poll reply that tells a member to sync (:class:`Resync`)."""
+    return wire.poll_reply_parts(POLL_RESYNC_PARTITION, 0, ())
+
+
+# -- reads of committed metadata --------------------------------------------------------
+
+MetadataRead = Callable[[MetadataMachine, wire.RequestPayload, int, StatsSource], bytes]
+"""A read of committed metadata: (machine, request payload, session, partition stats) to
+the reply body."""
+
+
+def _get_stream(m: MetadataMachine, p: wire.RequestPayload, s: int, st: StatsSource) -> bytes:
+    assert isinstance(p, wire.StreamRef)
+    return m.get_stream(p, s, st)
+
+
+def _get_streams(m: MetadataMachine, p: wire.RequestPayload, s: int, st: StatsSource) -> bytes:
+    return m.get_streams(s, st)
+
+
+def _get_topic(m: MetadataMachine, p: wire.RequestPayload, s: int, st: StatsSource) -> bytes:
+    assert isinstance(p, wire.TopicRef)
+    return m.get_topic(p, s, st)
+
+
+def _get_topics(m: MetadataMachine, p: wire.RequestPayload, s: int, st: StatsSource) -> bytes:
+    assert isinstance(p, wire.StreamRef)
+    return m.get_topics(p, s, st)
+
+
+def _get_group(m: MetadataMachine, p: wire.RequestPayload, s: int, st: StatsSource) -> bytes:
+    assert isinstance(p, wire.GroupRef)
+    return m.get_consumer_group(p, s)
+
+
+def _get_groups(m: MetadataMachine, p: wire.RequestPayload, s: int, st: StatsSource) -> bytes:
+    assert isinstance(p, wire.TopicRef)
+    return m.get_consumer_groups(p, s)
+
+
+def _sync_group(m: MetadataMachine, p: wire.RequestPayload, s: int, st: StatsSource) -> bytes:
+    assert isinstance(p, wire.GroupRef)
+    return m.sync_consumer_group(p, s)
+
+
+def _get_user(m: MetadataMachine, p: wire.RequestPayload, s: int, st: StatsSource) -> bytes:
+    assert isinstance(p, wire.UserRef)
+    return m.get_user(p, s)
+
+
+def _get_users(m: MetadataMachine, p: wire.RequestPayload, s: int, st: StatsSource) -> bytes:
+    return m.get_users(s)
+
+
+METADATA_READS: Final[Mapping[CommandCode, MetadataRead]] = MappingProxyType(
+    {
+        CommandCode.GET_STREAM: _get_stream,
+        CommandCode.GET_STREAMS: _get_streams,
+        CommandCode.GET_TOPIC: _get_topic,
+        CommandCode.GET_TOPICS: _get_topics,
+        CommandCode.GET_CONSUMER_GROUP: _get_group,
+        CommandCode.GET_CONSUMER_GROUPS: _get_groups,
+        CommandCode.SYNC_CONSUMER_GROUP: _sync_group,
+        CommandCode.GET_USER: _get_user,
+        CommandCode.GET_USERS: _get_users,
+    }
+)
+"""The read of every command on :attr:`Route.METADATA_READ`."""

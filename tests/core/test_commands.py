@@ -1,0 +1,200 @@
+"""The command table and the write decisions of ``broker.core.commands``."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.core.commands import (
+    METADATA_READS,
+    POLL_RESYNC_PARTITION,
+    ROUTES,
+    Balancer,
+    Denied,
+    MetadataWrite,
+    PollAdmitted,
+    Resync,
+    Route,
+    acting_session,
+    admit_command,
+    admit_metadata_write,
+    admit_offset_write,
+    admit_poll,
+    resync_reply,
+)
+from broker.core.connections import ConnectionContext
+from broker.state.codec import decode_command
+from broker.state.errors import ErrorCode, StateError
+from broker.state.metadata import (
+    CreateConsumerGroup,
+    CreateStream,
+    CreateTopic,
+    EndSession,
+    JoinConsumerGroup,
+    Logout,
+)
+from broker.state.partition import ConsumerKey, ConsumerKind
+from broker.state.permissions import Permissions, StreamPermissions
+from broker.state.plane import STORE_USER
+from sdk import wire
+from sdk.wire import COMMANDS, CommandCode
+from sdk.wire.batch import OutgoingMessage
+from sdk.wire.codes import Operation, operation_for_code
+from tests.state.helpers import ROOT_CLIENT_ID, Driver, driver_with_root
+
+READER_CLIENT_ID = 0xBB
+
+
+def _world() -> tuple[Driver, int]:
+    """Root, stream "s" (id 0) with topic "t" of 3 partitions and group "g", and a
+    reader who may only read that stream; the reader's session."""
+    driver = driver_with_root()
+    driver.as_root(CreateStream("s"))
+    driver.as_root(CreateTopic("s", "t", 3))
+    driver.as_root(CreateConsumerGroup("s", "t", "g"))
+    reader = Permissions(streams=((0, StreamPermissions(read_stream=True)),))
+    user_id = driver.add_user("reader", reader)
+    return driver, driver.login(READER_CLIENT_ID, user_id)
+
+
+def _send(partitioning: wire.Partitioning, topic: str = "t") -> tuple[wire.SendMessages, bytes]:
+    body = bytes(
+        wire.build_send_messages(
+            wire.Identifier("s"), wire.Identifier(topic), partitioning, [OutgoingMessage(7, b"x")]
+        )
+    )
+    return wire.SendMessages.decode(body), body
+
+
+def _group_consumer() -> wire.Consumer:
+    return wire.Consumer(wire.ConsumerKind.CONSUMER_GROUP, wire.Identifier("g"))
+
+
+def test_every_command_of_the_codec_has_one_route_and_every_route_is_taken() -> None:
+    assert set(ROUTES) == set(COMMANDS)
+    assert set(ROUTES.values()) == set(Route)
+    reads = {code for code, route in ROUTES.items() if route is Route.METADATA_READ}
+    assert set(METADATA_READS) == reads
+    # Every command that changes metadata is proposed to the metadata group.
+    for code in COMMANDS:
+        if operation_for_code(code).is_metadata:
+            assert ROUTES[code] in (
+                Route.METADATA_WRITE,
+                Route.CREATE_USER,
+                Route.CHANGE_PASSWORD,
+            ), code
+
+
+def test_a_metadata_write_is_judged_for_its_session_before_it_is_encoded() -> None:
+    driver, reader = _world()
+    state = driver.state
+    create = wire.CreateStream("new", ())
+    write = admit_metadata_write(state, CommandCode.CREATE_STREAM, create, driver.root_session, 8)
+    assert isinstance(write, MetadataWrite)
+    assert write.command == CreateStream("new")
+    assert write.operation == int(Operation.CREATE_STREAM)
+    assert decode_command(write.operation, write.body) == CreateStream("new")
+    denied = admit_metadata_write(state, CommandCode.CREATE_STREAM, create, reader, 8)
+    assert denied == Denied(int(ErrorCode.UNAUTHORIZED))
+    logout = admit_metadata_write(state, CommandCode.LOGOUT_USER, wire.Empty(), reader, None)
+    assert isinstance(logout, MetadataWrite) and logout.command == Logout()
+
+
+def test_a_creation_beyond_the_node_capacity_is_denied_with_the_reason() -> None:
+    driver, reader = _world()
+    state = driver.state  # 3 partitions exist
+    root = driver.root_session
+    assert isinstance(admit_command(state, CreateTopic("s", "u", 5), root, 8), MetadataWrite)
+    denied = admit_command(state, CreateTopic("s", "u", 6), root, 8)
+    assert isinstance(denied, Denied)
+    assert denied.status == int(ErrorCode.PARTITIONS_LIMIT_REACHED)
+    assert "6 more partitions do not fit: 3 exist" in denied.refusal
+    assert isinstance(admit_command(state, CreateTopic("s", "u", 6), root, None), MetadataWrite)
+    # Permissions are judged first: a reader learns nothing of the node's capacity.
+    assert admit_command(state, CreateTopic("s", "u", 6), reader, 8) == Denied(
+        int(ErrorCode.UNAUTHORIZED)
+    )
+
+
+def test_balanced_sends_go_round_the_partitions_and_only_admitted_ones_count() -> None:
+    driver, reader = _world()
+    state = driver.state
+    balancer = Balancer()
+    root = driver.root_session
+    send, body = _send(wire.Balanced())
+    chosen = [balancer.admit_send(state, send, body, root).route.partition_id for _ in range(4)]
+    assert chosen == [0, 1, 2, 0]
+    with pytest.raises(StateError) as raised:
+        balancer.admit_send(state, send, body, reader)  # may read, not send
+    assert raised.value.code == ErrorCode.UNAUTHORIZED
+    keyed, keyed_body = _send(wire.PartitionId(2))
+    write = balancer.admit_send(state, keyed, keyed_body, root)
+    assert (write.route.partition_id, write.body) == (2, keyed_body)
+    assert write.operation == int(Operation.SEND_MESSAGES)
+    # Neither the refusal nor the explicit partition moved the counter on.
+    assert balancer.admit_send(state, send, body, root).route.partition_id == 1
+
+
+def test_an_offset_write_names_the_group_by_id_and_is_charged_to_the_acting_user() -> None:
+    driver, reader = _world()
+    state = driver.state
+    driver.as_root(JoinConsumerGroup("s", "t", "g"))
+    store = wire.StoreConsumerOffset(
+        _group_consumer(), wire.Identifier("s"), wire.Identifier("t"), None, 41, wire.AckLevel(0)
+    )
+    write = admit_offset_write(state, CommandCode.STORE_CONSUMER_OFFSET, store, driver.root_session)
+    assert write.operation == int(Operation.STORE_CONSUMER_OFFSET)
+    assert write.route.consumer == ConsumerKey(ConsumerKind.CONSUMER_GROUP, 0)
+    assert write.route.partition_id == 0  # the member's first assigned partition
+    (user_id,) = STORE_USER.unpack_from(write.body)
+    assert user_id == 0
+    resolved = wire.StoreConsumerOffset.decode(write.body[STORE_USER.size :])
+    assert (resolved.consumer.id.value, resolved.partition_id, resolved.offset) == (0, 0, 41)
+    with pytest.raises(StateError):
+        admit_offset_write(state, CommandCode.STORE_CONSUMER_OFFSET, store, reader)
+
+
+def test_an_attached_session_acts_until_it_ends() -> None:
+    driver, reader = _world()
+    context = ConnectionContext("127.0.0.1:1")
+    assert acting_session(context, driver.state, reader) == reader
+    context.attached_session = driver.root_session
+    assert acting_session(context, driver.state, reader) == driver.root_session
+    driver.apply(EndSession(driver.root_session))  # the node's own command: no session
+    assert driver.state.session_of_client(ROOT_CLIENT_ID) is None
+    assert acting_session(context, driver.state, reader) is None
+    assert context.attached_session == 0  # dropped: the next request acts for its own
+
+
+def test_a_poll_by_a_member_that_lost_its_partition_is_told_to_resync() -> None:
+    driver, _ = _world()
+    state = driver.state
+    root = driver.root_session
+    poll = wire.PollMessages(
+        _group_consumer(),
+        wire.Identifier("s"),
+        wire.Identifier("t"),
+        1,
+        wire.PollingStrategy.first(),
+        10,
+        False,
+    )
+    assert admit_poll(state, poll, root) == Resync()  # not a member yet
+    driver.as_root(JoinConsumerGroup("s", "t", "g"))
+    admitted = admit_poll(state, poll, root)
+    assert isinstance(admitted, PollAdmitted)
+    assert (admitted.route.partition_id, admitted.user_id) == (1, 0)
+    reply = wire.PollMessagesReply.decode(b"".join(bytes(part) for part in resync_reply()))
+    assert (reply.partition_id, reply.messages()) == (POLL_RESYNC_PARTITION, [])
+    single = wire.Consumer(wire.ConsumerKind.CONSUMER, wire.Identifier(5))
+    missing = wire.PollMessages(
+        single,
+        wire.Identifier("s"),
+        wire.Identifier("zz"),
+        0,
+        wire.PollingStrategy.first(),
+        1,
+        False,
+    )
+    with pytest.raises(StateError) as raised:
+        admit_poll(state, missing, root)  # not a group's rebalance: the error itself
+    assert raised.value.code == ErrorCode.TOPIC_ID_NOT_FOUND
