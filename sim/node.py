@@ -5,9 +5,10 @@ of every partition group, each with the real state machine (``MetadataMachine`` 
 ``PartitionMachine``) and the real journal over a ``MemoryStorage`` (:mod:`sim.disk`);
 execute the replicas' actions the way the runtime must (the host contract of
 ``consensus.protocols``); turn client requests into consensus requests the way the
-runtime's admission does, with the same ``broker.state.plane`` functions; and queue,
-admit and answer them with the runtime's own ``broker.core.groups.GroupRequests``, so a
-reply reaches exactly the request it belongs to here as on a real node.
+runtime's admission does, with the same ``broker.state`` functions (``admission``,
+``routing``, ``partition_machine``); and queue, admit and answer them with the runtime's
+own ``broker.core.groups.GroupRequests``, so a reply reaches exactly the request it
+belongs to here as on a real node.
 
 Invariants:
 
@@ -53,19 +54,13 @@ from broker.core.groups import (
 )
 from broker.core.identity import internal_checksum, register_checksum, request_checksum
 from broker.core.reconcile import METADATA_GROUP
+from broker.state.admission import authenticate, metadata_command
 from broker.state.codec import encode_command
 from broker.state.errors import ErrorCode, StateError
 from broker.state.metadata import MetadataCommand
-from broker.state.plane import (
-    MetadataMachine,
-    PartitionMachine,
-    authenticate,
-    metadata_command,
-    resolved_offset_request,
-    route_offset,
-    route_poll,
-    route_send,
-)
+from broker.state.metadata_machine import MetadataMachine
+from broker.state.partition_machine import PartitionMachine, resolved_offset_request
+from broker.state.routing import route_offset, route_poll, route_send
 from consensus.config import ReplicaConfig
 from consensus.events import (
     Action,

@@ -14,7 +14,7 @@ Invariants:
    without one is refused with ``INVALID_COMMAND`` by the driver, never handled by a
    fallback branch.
 2. A write is judged before it is proposed: the session's permissions (``authorize`` or
-   the route functions of ``broker.state.plane``) and the node's partition capacity
+   the route functions of ``broker.state.routing``) and the node's partition capacity
    (``broker.core.capacity``). A refused write is never proposed.
 3. What a write proposes is a function of the request, the session it acts for and the
    committed metadata at admission (plus, for a balanced send, the node's own round-robin
@@ -42,19 +42,13 @@ from typing import Final
 
 from broker.core.capacity import beyond_capacity
 from broker.core.connections import ConnectionContext
+from broker.state.admission import metadata_command
 from broker.state.codec import encode_command
 from broker.state.errors import ErrorCode, StateError
 from broker.state.metadata import MetadataCommand, MetadataState
-from broker.state.plane import (
-    MetadataMachine,
-    PartitionRoute,
-    StatsSource,
-    metadata_command,
-    resolved_offset_request,
-    route_offset,
-    route_poll,
-    route_send,
-)
+from broker.state.metadata_machine import MetadataMachine, StatsSource
+from broker.state.partition_machine import resolved_offset_request
+from broker.state.routing import PartitionRoute, route_offset, route_poll, route_send
 from sdk import wire
 from sdk.wire import CommandCode
 from sdk.wire.codes import operation_for_code

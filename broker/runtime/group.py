@@ -90,7 +90,8 @@ from broker.runtime.disk import DiskGuard
 from broker.runtime.flush import Flusher
 from broker.runtime.stats import GroupCounters
 from broker.runtime.store import GroupStore, Recovered
-from broker.state.plane import MetadataMachine, PartitionMachine
+from broker.state.metadata_machine import MetadataMachine
+from broker.state.partition_machine import PartitionMachine
 from consensus import (
     Action,
     AppendToJournal,

@@ -8,9 +8,9 @@ protocol.
 Invariants:
 
 1. Requests are admitted against this node's *committed* metadata: sessions, routing,
-   permissions (``broker.state.plane``). A request that changes state goes to its group's
-   replica as ``ClientRequested``; reads (polls, metadata reads) are answered from
-   committed local state and never replicated.
+   permissions (``broker.state.admission``, ``broker.state.routing``). A request that
+   changes state goes to its group's replica as ``ClientRequested``; reads (polls,
+   metadata reads) are answered from committed local state and never replicated.
 2. Every request but PING and the login needs a live session whose client id matches the
    header's. A connection waits (bounded) for its own earlier writes and its session to
    be applied locally before it is judged, so a read on a backup sees the writes it was
@@ -129,6 +129,12 @@ from broker.runtime.throttle import (
     LoginThrottle,
     TurnsBusy,
 )
+from broker.state.admission import (
+    change_password_command,
+    check_password,
+    check_username,
+    create_user_command,
+)
 from broker.state.codec import encode_command
 from broker.state.credentials import PasswordHash, hash_password, verify_password
 from broker.state.errors import ErrorCode, StateError
@@ -144,23 +150,16 @@ from broker.state.metadata import (
     UserInfo,
     UserStatus,
 )
-from broker.state.permissions import Action
-from broker.state.plane import (
+from broker.state.metadata_machine import (
     CLIENT_ID_TAKEN_STATUS,
     ClientConnection,
     MetadataMachine,
-    PartitionRoute,
     PartitionStats,
-    change_password_command,
-    check_password,
-    check_username,
-    create_user_command,
-    options_catalog,
-    purge_body,
-    route_offset,
-    route_poll_target,
-    store_offset_body,
 )
+from broker.state.options import options_catalog
+from broker.state.partition_machine import purge_body, store_offset_body
+from broker.state.permissions import Action
+from broker.state.routing import PartitionRoute, route_offset, route_poll_target
 from consensus import ClientError, Message, ReplicaConfig
 from sdk import wire
 from sdk.wire import (

@@ -3,7 +3,8 @@
 A state machine rejects a command by raising :class:`StateError` inside its own code and
 turning it into a rejection result at its public boundary; nothing outside this package
 sees the exception. The codes are Apache Iggy's ``IggyError`` discriminants, so a client
-SDK decodes our rejections into its own error types unchanged.
+SDK decodes our rejections into its own error types unchanged. A read that finds nothing
+answers with :data:`NOT_FOUND`, an empty body, where Iggy does.
 
 Invariants:
 
@@ -17,6 +18,7 @@ Invariants:
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Final
 
 
 class ErrorCode(IntEnum):
@@ -90,3 +92,8 @@ class StateError(Exception):
         super().__init__(f"{code.name} ({int(code)}){': ' + detail if detail else ''}")
         self.code = code
         self.detail = detail
+
+
+NOT_FOUND: Final = b""
+"""The reply body of a read whose object does not exist, where Iggy answers so (metadata
+and partition reads alike)."""

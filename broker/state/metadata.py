@@ -2,9 +2,9 @@
 
 This is the state the metadata group replicates. It is a pure domain model: typed commands
 go in through :meth:`MetadataState.apply`, typed results come out, and nothing here knows
-the Iggy wire format (``broker/state/plane.py`` translates). Every replica applies the same
-committed commands in the same order and therefore holds the same state, byte for byte in
-its snapshot.
+the Iggy wire format (``admission.py`` and ``metadata_machine.py`` translate). Every
+replica applies the same committed commands in the same order and therefore holds the
+same state, byte for byte in its snapshot.
 
 Invariants:
 
@@ -32,13 +32,14 @@ Invariants:
 7. Bounds: every table has a named maximum, checked before anything is added.
 
 Theory of operation: the runtime decodes a client request into a command
-(``plane.py``), the primary fills in what must be chosen once (password hashes, the root
-user), consensus commits it, and every replica calls ``apply(command, ctx)`` in op order.
-The same resolution and permission helpers back the read-side queries (``stream()``,
-``topics()``, ``consumer_group()``...) that the runtime serves from committed local state,
-and :meth:`authorize` lets the runtime refuse a request before proposing it. Apply checks
-permissions again on committed state, because permissions may change between admission
-and commit; both checks read the same committed state, so every replica agrees.
+(``admission.py``), the primary fills in what must be chosen once (password hashes, the
+root user), consensus commits it, and every replica calls ``apply(command, ctx)`` in op
+order. The same resolution and permission helpers back the read-side queries
+(``stream()``, ``topics()``, ``consumer_group()``...) that the runtime serves from
+committed local state, and :meth:`authorize` lets the runtime refuse a request before
+proposing it. Apply checks permissions again on committed state, because permissions may
+change between admission and commit; both checks read the same committed state, so every
+replica agrees.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Purpose: Iggy's clients send topic options as strings as readily as typed values (the
 official SDK sends every value of ``options=`` as a string), so ``"7 days"``, ``"128 MiB"``
 and ``"true"`` must mean what they mean to Iggy's server. These are the parsers; the
-topic option rules that use them live in ``broker.state.plane``.
+topic option rules that use them live in ``broker.state.options``.
 
 Invariants:
 

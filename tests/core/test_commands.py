@@ -33,8 +33,8 @@ from broker.state.metadata import (
     Logout,
 )
 from broker.state.partition import ConsumerKey, ConsumerKind
+from broker.state.partition_machine import STORE_USER
 from broker.state.permissions import Permissions, StreamPermissions
-from broker.state.plane import STORE_USER
 from sdk import wire
 from sdk.wire import COMMANDS, CommandCode
 from sdk.wire.batch import OutgoingMessage

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from broker.state.admission import authenticate
 from broker.state.codec import encode_command
 from broker.state.credentials import hash_password
 from broker.state.metadata import (
@@ -21,7 +22,7 @@ from broker.state.metadata import (
     MetadataCommand,
     Register,
 )
-from broker.state.plane import MetadataMachine, authenticate
+from broker.state.metadata_machine import MetadataMachine
 from consensus.events import (
     Action,
     AppendToJournal,

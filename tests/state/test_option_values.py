@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from broker.state.errors import ErrorCode, StateError
 from broker.state.metadata import EXPIRY_NEVER, SIZE_UNLIMITED, Durability
 from broker.state.option_values import U64_MAX, parse_duration_us, parse_size_bytes
-from broker.state.plane import topic_options
+from broker.state.options import topic_options
 from sdk import wire
 
 DAY_US = 86_400_000_000

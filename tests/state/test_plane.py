@@ -8,9 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker.state.admission import (
+    authenticate,
+    check_password,
+    check_username,
+    create_user_command,
+    metadata_command,
+)
 from broker.state.codec import encode_command
 from broker.state.credentials import hash_password
-from broker.state.errors import ErrorCode, StateError
+from broker.state.errors import NOT_FOUND, ErrorCode, StateError
 from broker.state.metadata import (
     Compression,
     CreateConsumerGroup,
@@ -28,28 +35,18 @@ from broker.state.metadata import (
     UpdateUser,
     UserStatus,
 )
+from broker.state.metadata_machine import MetadataMachine, PartitionStats
+from broker.state.options import topic_options
 from broker.state.partition import ConsumerKey, ConsumerKind
-from broker.state.permissions import Permissions, StreamPermissions
-from broker.state.plane import (
-    NOT_FOUND,
+from broker.state.partition_machine import (
     STORE_USER,
-    MetadataMachine,
     PartitionMachine,
-    PartitionRoute,
-    PartitionStats,
-    authenticate,
-    check_password,
-    check_username,
-    create_user_command,
-    metadata_command,
     purge_body,
     resolved_offset_request,
-    route_offset,
-    route_poll,
-    route_send,
     store_offset_body,
-    topic_options,
 )
+from broker.state.permissions import Permissions, StreamPermissions
+from broker.state.routing import PartitionRoute, route_offset, route_poll, route_send
 from consensus.messages import CHECKSUM_SIZE, Prepare, make_prepare_header
 from consensus.protocols import RequestRejected
 from consensus.testing import MemoryLog

@@ -8,6 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker.state.admission import (
+    change_password_command,
+    check_password,
+    create_user_command,
+    domain_permissions,
+    metadata_command,
+    wire_permissions,
+)
 from broker.state.errors import ErrorCode, StateError
 from broker.state.metadata import (
     ChangePassword,
@@ -20,18 +28,9 @@ from broker.state.metadata import (
     UpdateUser,
     UserStatus,
 )
+from broker.state.metadata_machine import MetadataMachine, metadata_reply
 from broker.state.permissions import GlobalPermissions, Permissions, StreamPermissions
-from broker.state.plane import (
-    MetadataMachine,
-    change_password_command,
-    check_password,
-    create_user_command,
-    domain_permissions,
-    metadata_command,
-    metadata_reply,
-    route_poll_target,
-    wire_permissions,
-)
+from broker.state.routing import route_poll_target
 from sdk import wire
 from sdk.wire import CommandCode, Operation
 from tests.state.helpers import PASSWORD, driver_with_root

@@ -23,7 +23,7 @@ from broker.state.metadata import (
     CreateUser,
     Register,
 )
-from broker.state.plane import CLIENT_ID_TAKEN_STATUS, MetadataMachine
+from broker.state.metadata_machine import CLIENT_ID_TAKEN_STATUS, MetadataMachine
 from consensus import ReplicaConfig
 from consensus.events import AppendToJournal, Event, PrepareWritten, ReplyToClient
 from consensus.replica import Replica

@@ -1,0 +1,288 @@
+"""Admission: a client's metadata-plane request turned into the domain command to propose.
+
+Purpose: before anything is replicated, the node a client is connected to decodes its Iggy
+request payload into a :mod:`broker.state.metadata` command (:func:`metadata_command`,
+:func:`create_user_command`, :func:`change_password_command`) or, for a login, checks the
+credentials against committed state (:func:`authenticate`). What Iggy checks at that point
+(usernames, passwords, options) is checked here. Failures raise :class:`StateError`; the
+runtime answers with its code in the reply header's status. The translation of
+permissions between the wire's types and the state machine's (:func:`domain_permissions`,
+:func:`wire_permissions`) is here too.
+
+Invariants:
+
+1. Metadata prepare bodies are :mod:`broker.state.codec` commands, never wire bodies, so
+   a clear password never enters the log: the command carries the hash the primary made
+   with a salt it drew.
+2. Credentials are checked on the replica the client is connected to and never cross a
+   replica link; apply re-checks that the user still exists and is active.
+3. Rules that differ from the state machine's own (usernames in UTF-8 bytes) are checked
+   here, before proposing, so that replaying ops committed earlier gives the same state.
+4. Nothing here reads a clock, draws randomness or touches IO.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from broker.state.credentials import PasswordHash, verify_password
+from broker.state.errors import ErrorCode, StateError
+from broker.state.metadata import (
+    USERNAME_LENGTH_MAX,
+    USERNAME_LENGTH_MIN,
+    ChangePassword,
+    CreateConsumerGroup,
+    CreatePartitions,
+    CreateStream,
+    CreateTopic,
+    CreateUser,
+    DeleteConsumerGroup,
+    DeletePartitions,
+    DeleteStream,
+    DeleteTopic,
+    DeleteUser,
+    JoinConsumerGroup,
+    LeaveConsumerGroup,
+    Logout,
+    MetadataCommand,
+    MetadataState,
+    PurgeStream,
+    PurgeTopic,
+    Register,
+    UpdatePermissions,
+    UpdateStream,
+    UpdateTopic,
+    UpdateUser,
+    UserStatus,
+)
+from broker.state.options import topic_options
+from broker.state.permissions import (
+    GlobalPermissions,
+    Permissions,
+    StreamPermissions,
+    TopicPermissions,
+)
+from sdk import wire
+from sdk.wire.codes import CommandCode
+
+
+def metadata_command(code: CommandCode, payload: wire.RequestPayload) -> MetadataCommand:
+    """The domain command for a metadata-plane request (everything but logins and users).
+
+    Raises:
+        StateError: the request carries an option this server does not support, or a
+            value it cannot hold; or ``code`` is not a metadata command handled here.
+    """
+    match code, payload:
+        case CommandCode.CREATE_STREAM, wire.CreateStream(name, options):
+            _no_stream_options(options)
+            return CreateStream(name)
+        case CommandCode.UPDATE_STREAM, wire.UpdateStream(stream_id, name, options):
+            _no_stream_options(options)
+            return UpdateStream(stream_id.value, name)
+        case CommandCode.DELETE_STREAM, wire.StreamRef(stream_id):
+            return DeleteStream(stream_id.value)
+        case CommandCode.PURGE_STREAM, wire.StreamRef(stream_id):
+            return PurgeStream(stream_id.value)
+        case CommandCode.CREATE_TOPIC, wire.CreateTopic(stream_id, partitions_count, name, opts):
+            return CreateTopic(stream_id.value, name, partitions_count, topic_options(opts))
+        case CommandCode.UPDATE_TOPIC, wire.UpdateTopic(stream_id, topic_id, name, options):
+            return UpdateTopic(stream_id.value, topic_id.value, name, topic_options(options))
+        case CommandCode.DELETE_TOPIC, wire.TopicRef(stream_id, topic_id):
+            return DeleteTopic(stream_id.value, topic_id.value)
+        case CommandCode.PURGE_TOPIC, wire.TopicRef(stream_id, topic_id):
+            return PurgeTopic(stream_id.value, topic_id.value)
+        case CommandCode.CREATE_PARTITIONS, wire.PartitionsChange(stream_id, topic_id, count):
+            return CreatePartitions(stream_id.value, topic_id.value, count)
+        case CommandCode.DELETE_PARTITIONS, wire.PartitionsChange(stream_id, topic_id, count):
+            return DeletePartitions(stream_id.value, topic_id.value, count)
+        case CommandCode.CREATE_CONSUMER_GROUP, wire.CreateConsumerGroup(stream_id, topic_id, n):
+            return CreateConsumerGroup(stream_id.value, topic_id.value, n)
+        case CommandCode.DELETE_CONSUMER_GROUP, wire.GroupRef(stream_id, topic_id, group_id):
+            return DeleteConsumerGroup(stream_id.value, topic_id.value, group_id.value)
+        case CommandCode.JOIN_CONSUMER_GROUP, wire.GroupRef(stream_id, topic_id, group_id):
+            return JoinConsumerGroup(stream_id.value, topic_id.value, group_id.value)
+        case CommandCode.LEAVE_CONSUMER_GROUP, wire.GroupRef(stream_id, topic_id, group_id):
+            return LeaveConsumerGroup(stream_id.value, topic_id.value, group_id.value)
+        case CommandCode.LOGOUT_USER, _:
+            return Logout()
+        case CommandCode.DELETE_USER, wire.UserRef(user_id):
+            return DeleteUser(user_id.value)
+        case CommandCode.UPDATE_USER, wire.UpdateUser(user_id, username, status, options):
+            _no_user_options(options)
+            if username is not None:
+                check_username(username)
+            return UpdateUser(
+                user_id.value, username, None if status is None else UserStatus(int(status))
+            )
+        case CommandCode.UPDATE_PERMISSIONS, wire.UpdatePermissions(user_id, permissions):
+            return UpdatePermissions(user_id.value, domain_permissions(permissions))
+    raise StateError(ErrorCode.INVALID_COMMAND, f"{code!r} is not a metadata command here")
+
+
+# Iggy's bounds on a clear password (``MIN_PASSWORD_LENGTH``/``MAX_PASSWORD_LENGTH``).
+PASSWORD_LENGTH_MIN: Final = 3
+PASSWORD_LENGTH_MAX: Final = 100
+
+
+def check_password(password: str) -> None:
+    """Refuse a new password outside Iggy's length bounds, in UTF-8 bytes as Iggy counts
+    them, before anything is hashed.
+
+    Raises:
+        StateError: ``INVALID_PASSWORD``.
+    """
+    if not PASSWORD_LENGTH_MIN <= len(password.encode("utf-8")) <= PASSWORD_LENGTH_MAX:
+        raise StateError(ErrorCode.INVALID_PASSWORD)
+
+
+def check_username(username: str) -> None:
+    """Refuse a new username outside Iggy's bounds (3..50), in UTF-8 bytes as Iggy counts
+    them: 17 three-byte characters are 51 bytes, too long for Iggy's clients and server.
+
+    Checked where a request becomes a command, before it is proposed, and not in the
+    state machine: the state machine's own rule (in characters) must stay what it was
+    when older ops were committed, or replaying them would give another state.
+
+    Raises:
+        StateError: ``INVALID_USERNAME``.
+    """
+    if not USERNAME_LENGTH_MIN <= len(username.encode("utf-8")) <= USERNAME_LENGTH_MAX:
+        raise StateError(ErrorCode.INVALID_USERNAME, "a username is 3 to 50 bytes of UTF-8")
+
+
+def create_user_command(request: wire.CreateUser, password: PasswordHash) -> CreateUser:
+    """The ``CreateUser`` to propose once the primary hashed the request's password with a
+    salt it drew: the clear password stays out of the command and so out of the log."""
+    _no_user_options(request.options)
+    check_username(request.username)
+    return CreateUser(
+        request.username,
+        password,
+        UserStatus(int(request.status)),
+        domain_permissions(request.permissions),
+    )
+
+
+def change_password_command(request: wire.ChangePassword, password: PasswordHash) -> ChangePassword:
+    """The ``ChangePassword`` to propose once the current password was verified and the new
+    one hashed with a fresh salt."""
+    return ChangePassword(request.user_id.value, password)
+
+
+def _no_user_options(options: Sequence[wire.OptionEntry]) -> None:
+    # No user option exists in Iggy 0.9's catalog; a key is refused, as Iggy does.
+    if options:
+        raise StateError(ErrorCode.UNSUPPORTED_OPTION_KEY, options[0].key)
+
+
+def domain_permissions(permissions: wire.Permissions | None) -> Permissions | None:
+    """Wire permissions as the state machine keeps them: entries sorted by id (the wire
+    codec has already refused duplicate ids)."""
+    if permissions is None:
+        return None
+    g = permissions.global_
+    streams = tuple(
+        (
+            s.stream_id,
+            StreamPermissions(
+                manage_stream=s.manage_stream,
+                read_stream=s.read_stream,
+                manage_topics=s.manage_topics,
+                read_topics=s.read_topics,
+                poll_messages=s.poll_messages,
+                send_messages=s.send_messages,
+                topics=tuple(
+                    (
+                        t.topic_id,
+                        TopicPermissions(
+                            t.manage_topic, t.read_topic, t.poll_messages, t.send_messages
+                        ),
+                    )
+                    for t in sorted(s.topics, key=lambda t: t.topic_id)
+                ),
+            ),
+        )
+        for s in sorted(permissions.streams, key=lambda s: s.stream_id)
+    )
+    return Permissions(
+        GlobalPermissions(
+            g.manage_servers,
+            g.read_servers,
+            g.manage_users,
+            g.read_users,
+            g.manage_streams,
+            g.read_streams,
+            g.manage_topics,
+            g.read_topics,
+            g.poll_messages,
+            g.send_messages,
+        ),
+        streams,
+    )
+
+
+def wire_permissions(permissions: Permissions | None) -> wire.Permissions | None:
+    """The inverse of :func:`domain_permissions`."""
+    if permissions is None:
+        return None
+    g = permissions.global_
+    return wire.Permissions(
+        wire.GlobalPermissions(
+            g.manage_servers,
+            g.read_servers,
+            g.manage_users,
+            g.read_users,
+            g.manage_streams,
+            g.read_streams,
+            g.manage_topics,
+            g.read_topics,
+            g.poll_messages,
+            g.send_messages,
+        ),
+        tuple(
+            wire.StreamPermissions(
+                stream_id,
+                s.manage_stream,
+                s.read_stream,
+                s.manage_topics,
+                s.read_topics,
+                s.poll_messages,
+                s.send_messages,
+                tuple(
+                    wire.TopicPermissions(
+                        topic_id, t.manage_topic, t.read_topic, t.poll_messages, t.send_messages
+                    )
+                    for topic_id, t in s.topics
+                ),
+            )
+            for stream_id, s in permissions.streams
+        ),
+    )
+
+
+def authenticate(state: MetadataState, client_id: int, username: str, password: str) -> Register:
+    """Check a login against committed state; the ``Register`` command to propose.
+
+    This runs on the replica the client is connected to, so credentials never cross a
+    replica link; apply re-checks that the user still exists and is active.
+
+    Raises:
+        StateError: ``INVALID_CREDENTIALS`` or ``USER_INACTIVE``.
+    """
+    try:
+        user = state.user(username)
+    except StateError:
+        raise StateError(ErrorCode.INVALID_CREDENTIALS) from None
+    if not verify_password(user.password, password):
+        raise StateError(ErrorCode.INVALID_CREDENTIALS)
+    if user.status != UserStatus.ACTIVE:
+        raise StateError(ErrorCode.USER_INACTIVE)
+    return Register(client_id, user.id)
+
+
+def _no_stream_options(options: Sequence[wire.OptionEntry]) -> None:
+    # Iggy refuses option keys it does not know, and no stream option is supported here.
+    if options:
+        raise StateError(ErrorCode.UNSUPPORTED_OPTION_KEY, options[0].key)

@@ -1,0 +1,292 @@
+"""A partition group's consensus state machine, and the request bodies it takes.
+
+Purpose: :class:`PartitionMachine` implements ``consensus.protocols.StateMachine``
+(``apply(prepare) -> bytes``, ``snapshot``, ``restore``) over
+:class:`broker.state.partition.PartitionState`, with the primary-side ``prepare`` hook
+that turns a client request body into the prepare body, and serves poll and get consumer
+offset from committed local state, never replicated. Beside it, the request bodies it
+takes are built (:func:`resolved_offset_request`, :func:`store_offset_body`,
+:func:`purge_body`) and read (:func:`partition_request`).
+
+Invariants:
+
+1. A partition prepare body is built only by :meth:`PartitionMachine.prepare`; the body a
+   client sent (its wire payload) is never journaled as is.
+2. A store of a consumer offset names the user it is charged to in the request body the
+   admitting node builds (:func:`resolved_offset_request`, :func:`store_offset_body`),
+   from the session it checked: a backup forwards that body unchanged, and the primary's
+   partition machine never looks a session up in metadata it may not have applied yet.
+3. Replies are built from the prepare and the committed state alone, so every replica
+   returns identical bytes: plain confirmations for SendMessages, result-framed for store
+   and delete consumer offset, empty for a purge.
+4. Nothing here reads a clock, draws randomness or touches IO; time arrives as the
+   prepare's timestamp.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+import cbor2
+
+from broker.state.errors import NOT_FOUND, ErrorCode, StateError
+from broker.state.partition import (
+    Appended,
+    Applied,
+    Buffer,
+    ConsumerKey,
+    ConsumerKind,
+    DeleteConsumerOffset,
+    PartitionRequest,
+    PartitionState,
+    PollingKind,
+    PurgePartition,
+    Refused,
+    SendMessages,
+    StoreConsumerOffset,
+)
+from broker.state.routing import PartitionRoute
+from consensus.messages import Prepare
+from consensus.protocols import Log, Prepared, RequestRejected
+from sdk import wire
+from sdk.wire.batch import BATCH_HEADER, BATCH_HEADER_SIZE
+from sdk.wire.codes import Operation
+
+
+class _LogView:
+    """Adapts the consensus log (prepares) to :class:`broker.state.partition.PartitionLog`."""
+
+    def __init__(self, log: Log) -> None:
+        self._log = log
+
+    def read(self, op: int) -> tuple[int, Buffer]:
+        prepare = self._log.read(op)
+        assert prepare is not None, f"op {op} is not in the log"
+        return prepare.header.operation, prepare.body
+
+
+class PartitionMachine:
+    """One partition group's ``StateMachine``, plus the primary-side ``prepare`` hook.
+
+    Client request bodies (what ``prepare`` receives) are Iggy wire payloads of
+    SEND_MESSAGES and DELETE_CONSUMER_OFFSET, routed here by the runtime, and of
+    STORE_CONSUMER_OFFSET behind the user id it is charged to (:data:`STORE_USER`);
+    consumer groups in them must already name the group by numeric id (see
+    :func:`resolved_offset_request`). ``TRUNCATE_PARTITION`` carries :func:`purge_body`.
+    """
+
+    def __init__(self, stream_id: int, topic_id: int, partition_id: int, log: Log) -> None:
+        self._log = _LogView(log)
+        self._consensus_log = log
+        self.state = PartitionState(stream_id, topic_id, partition_id, self._log)
+
+    # -- primary ---------------------------------------------------------------------------
+
+    def prepare(
+        self, op: int, operation: int, body: bytes, timestamp_us: int, frontier: int
+    ) -> Prepared:
+        """The prepare body for a client request that will be op ``op``.
+
+        Raises:
+            RequestRejected: the request is invalid (its code goes in the reply status).
+        """
+        try:
+            prepared = self.state.prepare(op, partition_request(operation, body), timestamp_us)
+        except StateError as error:
+            raise RequestRejected(int(error.code), str(error)) from error
+        return Prepared(body=prepared, frontier=frontier)
+
+    # -- every replica ---------------------------------------------------------------------
+
+    def check_prepared(self, prepare: Prepare) -> ErrorCode | None:
+        """A backup's check that a prepare continues its log (None when it does)."""
+        header = prepare.header
+        return self.state.check_prepared(header.op, header.operation, prepare.body)
+
+    def apply(self, prepare: Prepare) -> bytes:
+        header = prepare.header
+        result = self.state.apply(header.op, header.operation, prepare.body)
+        match result:
+            case Appended(base_offset, _):
+                confirmation = wire.SendConfirmation(
+                    self.state.stream_id, self.state.topic_id, self.state.partition_id, base_offset
+                )
+                return wire.SendMessagesReply((confirmation,)).encode()
+            case Refused(code):
+                return wire.result_rejected(int(code))
+            case Applied():
+                if header.operation == Operation.TRUNCATE_PARTITION:
+                    return b""
+                return wire.result_ok()
+
+    def snapshot(self) -> bytes:
+        return self.state.snapshot()
+
+    def restore(self, snapshot: bytes) -> None:
+        state = PartitionState.restore(snapshot, self._log)
+        assert (state.stream_id, state.topic_id, state.partition_id) == (
+            self.state.stream_id,
+            self.state.topic_id,
+            self.state.partition_id,
+        ), "a snapshot of another partition"
+        self.state = state
+        self.rebuild_index()
+
+    def rebuild_index(self) -> None:
+        """Index the committed batches the log holds below what is indexed, down to the
+        first record it cannot read: after a restore, and after damaged committed records
+        below the checkpoint were repaired from a peer (the ops above the hole are indexed
+        already; some may be applied but not yet on disk)."""
+        indexed = self.state.indexed_op_min()
+        op = self.state.commit_op if indexed is None else indexed - 1
+        ops: list[int] = []
+        while op >= 1 and self._consensus_log.read(op) is not None:
+            ops.append(op)
+            op -= 1
+        self.state.index_older([(op, *self._log.read(op)) for op in reversed(ops)])
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def poll(
+        self, request: wire.PollMessages, consumer: ConsumerKey
+    ) -> tuple[list[Buffer], int | None]:
+        """The reply body (as parts to send in order) and, with auto-commit, the offset
+        the runtime should store for ``consumer`` with a ``StoreConsumerOffset``.
+
+        Raises:
+            StateError: an invalid count or strategy.
+        """
+        result = self.state.poll(
+            consumer,
+            PollingKind(int(request.strategy.kind)),
+            request.strategy.value,
+            request.count,
+            auto_commit=request.auto_commit,
+        )
+        parts = wire.poll_reply_parts(self.state.partition_id, result.current_offset, result.slices)
+        return parts, result.store_offset
+
+    def get_consumer_offset(self, consumer: ConsumerKey) -> bytes:
+        """GET_CONSUMER_OFFSET reply; empty when the consumer has stored no offset."""
+        stored = self.state.consumer_offset(consumer)
+        if stored is None:
+            return NOT_FOUND
+        return wire.ConsumerOffsetInfo(
+            self.state.partition_id, self.state.current_offset, stored
+        ).encode()
+
+
+def partition_request(operation: int, body: bytes) -> PartitionRequest:
+    """The domain request a partition-plane client body carries.
+
+    Raises:
+        StateError: a malformed body, or an operation the partition plane does not take.
+    """
+    try:
+        if operation == Operation.SEND_MESSAGES:
+            send = wire.SendMessages.decode(body)
+            if send.messages_count != _message_count(send.batch):
+                raise StateError(ErrorCode.INVALID_MESSAGES_COUNT)
+            return SendMessages(send.batch)
+        if operation == Operation.STORE_CONSUMER_OFFSET:
+            # Built by a node (ours, or a peer's over the authenticated bus), never a
+            # client's bytes: a body without its user is a bug.
+            assert len(body) >= STORE_USER.size, "a store request names its user"
+            (user_id,) = STORE_USER.unpack_from(body, 0)
+            store = wire.StoreConsumerOffset.decode(body[STORE_USER.size :])
+            return StoreConsumerOffset(_consumer_key(store.consumer), store.offset, user_id)
+        if operation == Operation.DELETE_CONSUMER_OFFSET:
+            delete = wire.DeleteConsumerOffset.decode(body)
+            return DeleteConsumerOffset(_consumer_key(delete.consumer))
+        if operation == Operation.TRUNCATE_PARTITION:
+            generation = cbor2.loads(body)
+            assert isinstance(generation, int) and generation >= 0, "purge body is ours"
+            return PurgePartition(generation)
+    except wire.ProtocolError as error:
+        raise StateError(_code(int(error.code)), error.reason) from error
+    raise StateError(ErrorCode.INVALID_COMMAND, f"operation {operation} is not a partition op")
+
+
+def purge_body(generation: int) -> bytes:
+    """The body of a ``TRUNCATE_PARTITION`` request ordering a purge of ``generation``."""
+    return cbor2.dumps(generation)
+
+
+STORE_USER: Final = struct.Struct(
+    "<I"  # the user id a new stored offset is charged to
+)
+"""What a STORE_CONSUMER_OFFSET request body for :class:`PartitionMachine` starts with;
+the Iggy wire payload follows."""
+assert STORE_USER.size == 4
+
+
+def resolved_offset_request(
+    request: wire.StoreConsumerOffset | wire.DeleteConsumerOffset,
+    route: PartitionRoute,
+    user_id: int,
+) -> bytes:
+    """The request body with its consumer group named by numeric id and its partition
+    explicit, as :class:`PartitionMachine` takes it; a store is charged to ``user_id``
+    (the user of the session it acts for), a delete frees whoever's charge it was."""
+    assert route.consumer is not None
+    consumer = wire.Consumer(
+        wire.ConsumerKind(int(route.consumer.kind)), wire.Identifier(route.consumer.id)
+    )
+    if isinstance(request, wire.StoreConsumerOffset):
+        return (
+            STORE_USER.pack(user_id)
+            + wire.StoreConsumerOffset(
+                consumer,
+                wire.Identifier(route.stream_id),
+                wire.Identifier(route.topic_id),
+                route.partition_id,
+                request.offset,
+                request.ack,
+            ).encode()
+        )
+    return wire.DeleteConsumerOffset(
+        consumer,
+        wire.Identifier(route.stream_id),
+        wire.Identifier(route.topic_id),
+        route.partition_id,
+        request.ack,
+    ).encode()
+
+
+def store_offset_body(route: PartitionRoute, offset: int, user_id: int) -> bytes:
+    """A STORE_CONSUMER_OFFSET body for a poll's auto-commit, charged to ``user_id`` (the
+    polling user: the node's own client only carries it)."""
+    assert route.consumer is not None
+    consumer = wire.Consumer(
+        wire.ConsumerKind(int(route.consumer.kind)), wire.Identifier(route.consumer.id)
+    )
+    return (
+        STORE_USER.pack(user_id)
+        + wire.StoreConsumerOffset(
+            consumer,
+            wire.Identifier(route.stream_id),
+            wire.Identifier(route.topic_id),
+            route.partition_id,
+            offset,
+            wire.AckLevel.NO_ACK,
+        ).encode()
+    )
+
+
+def _consumer_key(consumer: wire.Consumer) -> ConsumerKey:
+    return ConsumerKey(ConsumerKind(int(consumer.kind)), consumer.id.value)
+
+
+def _message_count(batch: Buffer) -> int:
+    if len(batch) < BATCH_HEADER_SIZE:
+        return -1
+    count: int = BATCH_HEADER.unpack_from(batch, 0)[6]
+    return count
+
+
+def _code(code: int) -> ErrorCode:
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return ErrorCode.INVALID_FORMAT
