@@ -7,8 +7,10 @@ simulator run the same decisions. Modules are named by concept:
 - ``capacity``: whether a topic's partitions fit the node's reserve.
 - ``commands``: which route each command takes, and what a write proposes to which group.
 - ``connections``: what the node keeps of a connection, and what it answers with.
+- ``forwarding``: requests a backup hands to its primary's node, each answered once.
 - ``groups``: a hosted group's client requests: queued, admitted, answered once.
 - ``identity``: what tells a retried request from another that reuses its number.
+- ``reads``: whether a replica may serve a read of its committed state (the read barrier).
 - ``reconcile``: group ids, and which partition groups to open, close or purge.
 - ``refusals``: the budget of refusal log lines.
 - ``sessions``: whether a request may act in the session it names.

@@ -63,6 +63,7 @@ from typing import Any, Final, Protocol
 
 import trio
 
+from broker.core.forwarding import Forwards, forward_target
 from broker.core.groups import Outcome, Refused, Replied, SessionLost, Submission
 from broker.core.refusals import RefusalLimiter
 from broker.runtime.config import Config, parse_address
@@ -169,7 +170,7 @@ class ReadIndexAsk:
 
 @dataclass(eq=False)
 class Peer:
-    """One other node: its connection (if up), outgoing queue and forwarded requests."""
+    """One other node: its connection (if up), outgoing queue and read-index asks."""
 
     index: int
     address: str
@@ -177,7 +178,6 @@ class Peer:
     outgoing: deque[bytes] = field(default_factory=deque)
     outgoing_bytes: int = 0
     wake: trio.Event = field(default_factory=trio.Event)
-    forwarded: dict[int, Submission] = field(default_factory=dict)
     read_indexes: dict[int, ReadIndexAsk] = field(default_factory=dict)
     connected: trio.Event = field(default_factory=trio.Event)
     bytes_sent: int = 0
@@ -225,6 +225,9 @@ class ReplicaBus:
             if index != self.index
         }
         self._token = 0
+        """The last read-index ask's token."""
+        self._forwards = Forwards()
+        """The requests forwarded to another node's primary, until their outcome comes."""
         self._nursery: trio.Nursery | None = None
         self._held = 0
         self._forwards_waiting = 0
@@ -250,14 +253,13 @@ class ReplicaBus:
 
     def forward(self, host: GroupHost, submission: Submission) -> bool:
         """Hand a request to the node whose replica is the group's primary."""
-        primary = host.primary_index
-        if primary is None or primary == self.index or submission.forwarded:
+        primary = forward_target(host.replica, submission)
+        if primary is None:
             return False
         peer = self.peers[primary]
         if peer.stream is None:
             return self._forward_when_linked(host, peer, submission)
-        self._token += 1
-        token = self._token
+        token = self._forwards.next_token()
         header = _FORWARD.pack(
             token,
             host.group_id,
@@ -270,8 +272,7 @@ class ReplicaBus:
         )
         if not self._enqueue(peer, FrameKind.FORWARD, header + submission.body):
             return False
-        peer.forwarded[token] = submission
-        submission.admitted = True  # its fate is out of our hands from here
+        self._forwards.sent(token, primary, submission)
         self._node.counters.forwarded += 1
         return True
 
@@ -495,9 +496,7 @@ class ReplicaBus:
                 peer.connected = trio.Event()
                 peer.outgoing.clear()
                 peer.outgoing_bytes = 0
-                for submission in peer.forwarded.values():
-                    submission.answer(Refused(IggyErrorCode.TRANSIENT_NOT_COMMITTED))
-                peer.forwarded.clear()
+                self._forwards.peer_lost(peer.index)
                 for ask in peer.read_indexes.values():
                     ask.answer(None)
                 peer.read_indexes.clear()
@@ -680,9 +679,6 @@ class ReplicaBus:
         if len(payload) < _FORWARD_REPLY.size:
             raise BusError(f"replica {peer.index} sent a short forward reply")
         token, kind, op, commit, view, status = _FORWARD_REPLY.unpack_from(payload, 0)
-        submission = peer.forwarded.pop(token, None)
-        if submission is None:
-            return
         outcome: Outcome
         if kind == _ReplyKind.REPLIED:
             outcome = Replied(op, commit, view, bytes(payload[_FORWARD_REPLY.size :]))
@@ -691,7 +687,7 @@ class ReplicaBus:
         else:
             error = _SESSION_ERRORS_BY_CODE.get(status, ClientError.NO_SESSION)
             outcome = SessionLost(error)
-        submission.answer(outcome)
+        self._forwards.answered(peer.index, token, outcome)
 
     def _on_read_index(self, peer: Peer, payload: bytearray) -> None:
         if len(payload) != _READ_INDEX.size:

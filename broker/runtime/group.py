@@ -84,6 +84,7 @@ from broker.core.groups import (
     RefusedDiskFull,
     Submission,
 )
+from broker.core.reads import readable
 from broker.core.refusals import RefusalLimiter
 from broker.core.ticks import TickSchedule
 from broker.runtime.disk import DiskGuard
@@ -384,15 +385,11 @@ class GroupHost:
             await self._applied.wait()
 
     async def wait_readable(self, op: int) -> None:
-        """Wait until this replica may serve a read that must see ``op``: it is in normal
-        status and has applied both ``op`` and the op its view started at (a restarted
-        replica re-commits its log before its state holds what was acknowledged)."""
-        while True:
-            replica = self.replica
-            if replica is not None:
-                floor = replica.read_floor
-                if floor is not None and replica.commit_min >= max(op, floor):
-                    return
+        """Wait until this replica may serve a read that must see ``op``
+        (``broker.core.reads.readable``): it is in normal status and has applied both
+        ``op`` and the op its view started at (a restarted replica re-commits its log
+        before its state holds what was acknowledged)."""
+        while not readable(self.replica, op):
             await self._applied.wait()
 
     async def wait_journal_readable(self) -> None:
