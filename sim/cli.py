@@ -22,8 +22,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from consensus.replica import Replica
-from sim.planted import PLANTED
+from sim.planted import PLANTED, PLANTED_NODES, planted_classes
 from sim.rng import SEED_MAX
 from sim.world import Result, run_seed
 
@@ -64,8 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--plant",
-        choices=sorted(PLANTED),
-        help="run a replica with a deliberately planted bug (to show the checkers find it)",
+        choices=sorted(PLANTED | PLANTED_NODES),
+        help="run a replica or node with a deliberately planted bug (the checkers must find it)",
     )
     parser.add_argument(
         "--lenient-polls",
@@ -91,10 +90,6 @@ def replay_command(seed: int, *, faults: bool, plant: str | None, strict_polls: 
     return " ".join(parts)
 
 
-def _replica_class(plant: str | None) -> type[Replica]:
-    return Replica if plant is None else PLANTED[plant]
-
-
 def _print_failure(result: Result, *, faults: bool, plant: str | None, strict: bool) -> None:
     replay = replay_command(result.seed, faults=faults, plant=plant, strict_polls=strict)
     print(f"FAILED seed {result.seed}: {result.verdict} ({result.checker})")
@@ -103,7 +98,14 @@ def _print_failure(result: Result, *, faults: bool, plant: str | None, strict: b
 
 
 def _run_one(seed: int, *, faults: bool, plant: str | None, strict: bool, verbose: bool) -> int:
-    result = run_seed(seed, faults=faults, replica_class=_replica_class(plant), strict_polls=strict)
+    replica_class, node_class = planted_classes(plant)
+    result = run_seed(
+        seed,
+        faults=faults,
+        replica_class=replica_class,
+        node_class=node_class,
+        strict_polls=strict,
+    )
     print(f"seed {seed}")
     lines = result.options.describe()
     for line in lines if verbose else lines[:1]:
@@ -130,7 +132,7 @@ def _run_swarm(seeds: range, *, faults: bool, plant: str | None, strict: bool) -
     verdicts: dict[str, int] = {"ok": 0, "correctness": 0, "liveness": 0, "crash": 0}
     totals: dict[str, int] = {}
     by_nodes: dict[int, int] = {}
-    replica_class = _replica_class(plant)
+    replica_class, node_class = planted_classes(plant)
     columns = (
         TextColumn("[bold]swarm"),
         BarColumn(),
@@ -142,7 +144,13 @@ def _run_swarm(seeds: range, *, faults: bool, plant: str | None, strict: bool) -
         task = progress.add_task("swarm", total=len(seeds), failed=0, seed=seeds[0])
         for seed in seeds:
             progress.update(task, seed=seed)
-            result = run_seed(seed, faults=faults, replica_class=replica_class, strict_polls=strict)
+            result = run_seed(
+                seed,
+                faults=faults,
+                replica_class=replica_class,
+                node_class=node_class,
+                strict_polls=strict,
+            )
             verdicts[result.verdict] += 1
             by_nodes[result.options.node_count] = by_nodes.get(result.options.node_count, 0) + 1
             for key, value in result.stats.items():
@@ -167,6 +175,8 @@ def _run_swarm(seeds: range, *, faults: bool, plant: str | None, strict: bool) -
         "acked_messages",
         "messages_polled",
         "requests_completed",
+        "forwarded_writes",
+        "backup_polls",
         "view_max",
         "crashes",
         "power_losses",

@@ -58,6 +58,9 @@ THINK_TICKS_MAX: Final = 20
 POLL_COUNT_MAX: Final = 8
 #: Ticks to wait after an admission error before retrying (the node may be lagging).
 BACKOFF_TICKS: Final = 15
+#: The share of writes sent to a node drawn at random rather than to the known primary,
+#: as a client behind a load balancer sends them: a backup forwards them.
+ANY_NODE_WRITES: Final = 0.2
 
 
 class Kind(enum.Enum):
@@ -359,6 +362,8 @@ class Client:
         hint = self.primary_hint.get(pending.group)
         if hint is None or pending.kind in READS:
             hint = (pending.group if hint is None else self.prng.randrange(nodes)) % nodes
+        elif self.prng.random() < ANY_NODE_WRITES:
+            hint = self.prng.randrange(nodes)  # a backup forwards it to the primary
         self.outbox.append((hint, pending.request))
 
     def on_reply(self, tick: int, node: int, reply: ClientReply) -> None:
@@ -390,7 +395,9 @@ class Client:
             pending.retry_tick = tick + BACKOFF_TICKS
             return
         if pending.kind not in READS:
-            self.primary_hint[pending.group] = node
+            # The primary the reply names: not the node that answered when a backup
+            # forwarded the write.
+            self.primary_hint[pending.group] = reply.primary if reply.primary >= 0 else node
         pending.replied_by = node
         self.reporter.on_reply(self, pending, reply)
         self._advance(tick, pending, reply)

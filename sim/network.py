@@ -1,7 +1,7 @@
 """The simulated network: delay, loss, duplication, reordering and partitions.
 
-Purpose: carry replica frames between nodes and client requests and replies between
-clients and nodes, with the faults a real network has, from one PRNG stream.
+Purpose: carry replica frames and forwarded requests between nodes, and client requests
+and replies between clients and nodes, with the faults a real network has, from one PRNG stream.
 
 Invariants:
 
@@ -9,9 +9,9 @@ Invariants:
    delivery order is a pure function of those draws: ``(deliver_tick, sequence)``.
 2. Reordering is not a separate fault: two packets on one link with independent delays
    arrive in either order.
-3. Partitions block replica links only (as in the VOPR); client links suffer delay, loss
-   and duplication. A blocked link drops packets at delivery time, so a partition also
-   catches packets already in flight.
+3. Partitions block the links between nodes only (as in the VOPR): replica frames and
+   forwarded requests; client links suffer delay, loss and duplication. A blocked link
+   drops packets at delivery time, so a partition also catches packets already in flight.
 4. A packet to a node that is down when it arrives is dropped.
 
 Theory of operation: a min-heap of packets keyed by delivery tick and a send counter.
@@ -26,6 +26,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Final
 
+from broker.core.groups import Outcome
 from sim.options import NetworkOptions
 
 CLIENT_BASE: Final = 1_000
@@ -80,12 +81,39 @@ class ClientReply:
     #: Polls only: the oldest offset the serving replica could still return (its retained
     #: start). Observed for the checkers; a real reply carries no such field.
     first_offset: int = 0
-    #: Refusals of a group's request: the primary of the group's view at the node that
-    #: refused (the header's ``replica`` field of a real status reply), -1 when none.
+    #: The primary the client should send its next write for the group to, as the
+    #: header's ``replica`` field of a real reply: for a committed write the primary of
+    #: the view it committed in (not the node that answered, when a backup forwarded it),
+    #: for a refusal the primary of the group's view at the node that refused; -1 when
+    #: none.
     primary: int = -1
 
 
-Payload = ReplicaFrame | ClientRequest | ClientReply
+@dataclass(frozen=True, slots=True)
+class ForwardedRequest:
+    """A client request a backup hands to its group's primary's node (the replica bus's
+    forward frame): the request's identity, body and the backup's timestamp."""
+
+    token: int
+    group: int
+    client_id: int
+    session: int
+    request: int
+    operation: int
+    body: bytes
+    timestamp_us: int
+    request_checksum: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardedOutcome:
+    """The primary's node's outcome of a :class:`ForwardedRequest`, under its token."""
+
+    token: int
+    outcome: Outcome
+
+
+Payload = ReplicaFrame | ClientRequest | ClientReply | ForwardedRequest | ForwardedOutcome
 
 
 @dataclass(order=True, slots=True)

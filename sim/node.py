@@ -5,10 +5,10 @@ of every partition group, each with the real state machine (``MetadataMachine`` 
 ``PartitionMachine``) and the real journal over a ``MemoryStorage`` (:mod:`sim.disk`);
 execute the replicas' actions the way the runtime must (the host contract of
 ``consensus.protocols``); turn client requests into consensus requests the way the
-runtime's admission does, with the same ``broker.state`` functions (``admission``,
-``routing``, ``partition_machine``); and queue, admit and answer them with the runtime's
-own ``broker.core.groups.GroupRequests``, so a reply reaches exactly the request it
-belongs to here as on a real node.
+runtime's admission does, by the same command table and decisions
+(``broker.core.commands``); and queue, admit and answer them with the runtime's own
+``broker.core.groups.GroupRequests``, so a reply reaches exactly the request it belongs
+to here as on a real node.
 
 Invariants:
 
@@ -22,8 +22,9 @@ Invariants:
    it only reads.
 5. Every client request is answered at most once, by ``GroupRequests``: with its reply,
    a refusal that names the primary of the group's view here, or, after
-   ``REQUEST_TIMEOUT_TICKS``, 58 or 59 as the runtime's submitter says. A backup has
-   nobody to forward to and refuses with 58.
+   ``REQUEST_TIMEOUT_TICKS``, 58 or 59 as the runtime's submitter says. A backup forwards
+   it to the node of the view's primary and answers it with that node's outcome
+   (``broker.core.forwarding``), or with 59 once its submitter's deadline passed.
 
 Theory of operation: group 0 is the metadata group; group ``1 + p`` is partition ``p`` of
 stream 0, topic 0, which the workload's operator creates first. Partition groups exist on
@@ -40,6 +41,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Final, Protocol
 
+from broker.core.commands import (
+    ROUTES,
+    Balancer,
+    Denied,
+    PartitionWrite,
+    Resync,
+    Route,
+    admit_metadata_write,
+    admit_offset_write,
+    admit_poll,
+    resync_reply,
+)
+from broker.core.forwarding import Forwards, forward_target
 from broker.core.groups import (
     REQUEST_TIMEOUT_US,
     Forward,
@@ -53,14 +67,14 @@ from broker.core.groups import (
     timed_out,
 )
 from broker.core.identity import internal_checksum, register_checksum, request_checksum
+from broker.core.reads import readable
 from broker.core.reconcile import METADATA_GROUP
-from broker.state.admission import authenticate, metadata_command
+from broker.state.admission import authenticate
 from broker.state.codec import encode_command
 from broker.state.errors import ErrorCode, StateError
-from broker.state.metadata import MetadataCommand
+from broker.state.metadata import MetadataState
 from broker.state.metadata_machine import MetadataMachine
-from broker.state.partition_machine import PartitionMachine, resolved_offset_request
-from broker.state.routing import route_offset, route_poll, route_send
+from broker.state.partition_machine import PartitionMachine
 from consensus.config import ReplicaConfig
 from consensus.events import (
     Action,
@@ -83,7 +97,14 @@ from consensus.replica import Replica, Status
 from sdk import wire
 from sdk.wire.codes import CommandCode, IggyErrorCode, Operation
 from sim.disk import Disk
-from sim.network import ClientReply, ClientRequest, Payload, ReplicaFrame
+from sim.network import (
+    ClientReply,
+    ClientRequest,
+    ForwardedOutcome,
+    ForwardedRequest,
+    Payload,
+    ReplicaFrame,
+)
 from sim.options import Options
 from sim.rng import stream
 
@@ -96,14 +117,8 @@ TOPIC_ID: Final = 0
 SYSTEM_CODE: Final = 0
 """``ClientRequest.code`` of a runtime-internal metadata command (bootstrap only)."""
 
-# Client commands that become metadata ops, and those that become partition ops.
-_METADATA_CODES: Final = (
-    CommandCode.CREATE_STREAM,
-    CommandCode.CREATE_TOPIC,
-    CommandCode.CREATE_CONSUMER_GROUP,
-    CommandCode.JOIN_CONSUMER_GROUP,
-    CommandCode.LEAVE_CONSUMER_GROUP,
-)
+_Handler = Callable[[int, int, ClientRequest, CommandCode, wire.RequestPayload], None]
+"""How the node carries out one route: (tick, source, request, code, payload)."""
 
 
 class Observer(Protocol):
@@ -191,6 +206,21 @@ class Node:
         #: (deadline tick, submission) in submission order: the node's submitters, each of
         #: which stops waiting at its deadline (``broker.core.groups.timed_out``).
         self._waiting: deque[tuple[int, GroupHost, Submission]] = deque()
+        self._balancer = Balancer()
+        self.forwards = Forwards()
+        #: Requests this node forwarded to another node's primary (every incarnation).
+        self.forwarded_writes = 0
+        #: Polls this node's backups served through the read barrier (every incarnation).
+        self.backup_polls = 0
+        #: The routes of ``broker.core.commands.ROUTES`` the workload's clients take.
+        self._handlers: dict[Route, _Handler] = {
+            Route.LOGIN: self._login,
+            Route.METADATA_WRITE: self._metadata_write,
+            Route.LOGOUT: self._metadata_write,
+            Route.SEND: self._send,
+            Route.OFFSET_WRITE: self._offset_write,
+            Route.POLL: self._poll,
+        }
         self.groups: list[GroupHost] = []
         for group in range(1 + options.partition_count):
             disk = Disk(
@@ -261,6 +291,7 @@ class Node:
         self.alive = False
         self.outbox = []
         self._waiting.clear()  # the connections that waited are gone with the process
+        self.forwards = Forwards()
         for host in self.groups:
             host.io = []
             if power_loss:
@@ -298,16 +329,69 @@ class Node:
         self.observer.on_step(self.index, host.group, replica)
 
     def _admit_queued(self, tick: int, host: GroupHost) -> None:
-        """Carry out ``GroupRequests.take`` as the runtime's group host does. Nobody
-        forwards here: a backup refuses with 58, as a node without peers would."""
+        """Carry out ``GroupRequests.take`` as the runtime's group host does: a backup
+        forwards to the primary's node (``broker.core.forwarding``), or refuses with 58
+        when it may not."""
         requests = host.requests
         while (taken := requests.take(host.replica, disk_full=False)) is not None:
             submission = taken.submission
             if isinstance(taken, Forward):
-                submission.answer(Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
+                if not self._forward(host, submission):
+                    submission.answer(Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
             elif not isinstance(taken, RefusedDiskFull):
                 self._step(tick, host, submission.event())
                 requests.settle(submission)
+
+    def _forward(self, host: GroupHost, submission: Submission) -> bool:
+        """Send ``submission`` to the node of its group's primary, as the replica bus does."""
+        primary = forward_target(host.replica, submission)
+        if primary is None:
+            return False
+        forwards = self.forwards
+        token = forwards.next_token()
+        forwarded = ForwardedRequest(
+            token,
+            host.group,
+            submission.client_id,
+            submission.session,
+            submission.request,
+            submission.operation,
+            submission.body,
+            submission.timestamp_us,
+            submission.request_checksum,
+        )
+        self.outbox.append((primary, forwarded))
+        forwards.sent(token, primary, submission)
+        self.forwarded_writes += 1
+        return True
+
+    def on_forwarded(self, tick: int, source: int, forwarded: ForwardedRequest) -> None:
+        """Submit a request another node forwarded as this node's own; its outcome goes
+        back to that node under the same token (never forwarded again)."""
+        host = self.groups[forwarded.group]
+        token = forwarded.token
+
+        def deliver(outcome: Outcome) -> None:
+            self.outbox.append((source, ForwardedOutcome(token, outcome)))
+
+        submission = Submission(
+            forwarded.client_id,
+            forwarded.session,
+            forwarded.request,
+            forwarded.operation,
+            forwarded.body,
+            forwarded.timestamp_us,
+            deliver,
+            forwarded.request_checksum,
+            forwarded=True,
+        )
+        host.requests.submit(submission)
+        if host.ticks_owed:
+            self._pay_ticks(tick, host)
+        self._admit_queued(tick, host)
+
+    def on_forwarded_outcome(self, source: int, forwarded: ForwardedOutcome) -> None:
+        self.forwards.answered(source, forwarded.token, forwarded.outcome)
 
     def tick(self, tick: int) -> None:
         self._expire_waiting(tick)
@@ -326,11 +410,15 @@ class Node:
 
     def _expire_waiting(self, tick: int) -> None:
         waiting = self._waiting
+        expired = False
         while waiting and (waiting[0][0] <= tick or waiting[0][2].done):
             _, host, submission = waiting.popleft()
             if not submission.done:
                 host.requests.abandon(submission)
                 submission.deliver(timed_out(submission))
+                expired = True
+        if expired:
+            self.forwards.forget_answered()  # a forward whose outcome never came back
 
     def _pay_ticks(self, tick: int, host: GroupHost) -> None:
         while host.ticks_owed:
@@ -369,7 +457,7 @@ class Node:
                 host.requests.replied(action, commit=replica.commit_max, view=replica.view)
             elif isinstance(action, AppendToJournal):
                 disk.append(action.prepare)
-                host.requests.prepared(action.prepare.header, primary=host.replica.is_primary)
+                self._appended(host, action.prepare)
                 due = self._io_due(tick, host, self.options.disk.write_ticks_max)
                 host.io.append((due, PrepareWritten(action.prepare.op, action.prepare.checksum)))
             elif isinstance(action, SyncJournal):
@@ -391,6 +479,10 @@ class Node:
             # last repair are appended by then, so the index reaches down past them.
             machine.rebuild_index()  # the repaired messages can be polled again
 
+    def _appended(self, host: GroupHost, prepare: Prepare) -> None:
+        """The replica appended ``prepare`` to its journal: its requests learn of it."""
+        host.requests.prepared(prepare.header, primary=host.replica.is_primary)
+
     def _deliver(self, host: GroupHost, submission: Submission, outcome: Outcome) -> None:
         """Send ``outcome`` to the client that sent ``submission``, as its connection
         would carry it: a refusal names the primary of the group's view here, as the
@@ -401,6 +493,7 @@ class Node:
         op, status, body, error, primary = 0, 0, b"", "", -1
         if isinstance(outcome, Replied):
             op, body = outcome.op, outcome.body
+            primary = host.replica.primary_index(outcome.view)
         elif isinstance(outcome, Refused):
             status, primary = outcome.status, host.replica.primary
         else:
@@ -427,76 +520,132 @@ class Node:
             )
 
     def _admit(self, tick: int, source: int, request: ClientRequest) -> None:
-        metadata = self.groups[METADATA_GROUP].machine.inner
-        assert isinstance(metadata, MetadataMachine)
-        state = metadata.state
-        code = request.code
-        if code == SYSTEM_CODE:
+        if request.code == SYSTEM_CODE:
             operation = int.from_bytes(request.payload[:4], "little")
             body = request.payload[4:]
             checksum = internal_checksum(body)
             self._propose(tick, METADATA_GROUP, request, checksum, operation, body)
             return
-        spec = wire.COMMANDS[CommandCode(code)]
-        payload = spec.decode_request(request.payload)
-        if code == CommandCode.LOGIN_REGISTER:
-            assert isinstance(payload, wire.LoginRegister)
-            register = authenticate(state, request.client_id, payload.username, payload.password)
-            operation, body = encode_command(register)
-            checksum = register_checksum(register.user_id)
-            self._propose(tick, METADATA_GROUP, request, checksum, operation, body, session=0)
-            return
-        checksum = request_checksum(CommandCode(code), payload, request.payload)
-        if code in _METADATA_CODES:
-            command: MetadataCommand = metadata_command(CommandCode(code), payload)
-            refusal = state.authorize(command, request.session)
-            if refusal is not None:
-                raise StateError(refusal)
-            operation, body = encode_command(command)
-            self._propose(tick, METADATA_GROUP, request, checksum, operation, body)
-            return
-        if code == CommandCode.SEND_MESSAGES:
-            assert isinstance(payload, wire.SendMessages)
-            route = route_send(state, payload, request.session, 0)
-            group = self._partition_group(route.stream_id, route.topic_id, route.partition_id)
-            self._propose(tick, group, request, checksum, Operation.SEND_MESSAGES, request.payload)
-            return
-        if code == CommandCode.STORE_CONSUMER_OFFSET:
-            assert isinstance(payload, wire.StoreConsumerOffset)
-            route = route_offset(state, payload, request.session)
-            group = self._partition_group(route.stream_id, route.topic_id, route.partition_id)
-            user_id = state.session(request.session).user_id
-            body = resolved_offset_request(payload, route, user_id)
-            self._propose(tick, group, request, checksum, Operation.STORE_CONSUMER_OFFSET, body)
-            return
-        if code == CommandCode.POLL_MESSAGES:
-            assert isinstance(payload, wire.PollMessages)
-            route = route_poll(state, payload, request.session)
-            group = self._partition_group(route.stream_id, route.topic_id, route.partition_id)
-            if not self.groups[group].replica.log_whole:
-                # Committed messages are missing here until repaired: read elsewhere.
-                status = int(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
-                self.outbox.append(
-                    (source, ClientReply(request.client_id, request.request, 0, status, b""))
-                )
-                return
-            partition = self.groups[group].machine.inner
-            assert isinstance(partition, PartitionMachine) and route.consumer is not None
-            parts, _ = partition.poll(payload, route.consumer)
-            body = b"".join(bytes(part) for part in parts)
-            first_offset = partition.state.first_offset
-            reply = ClientReply(
-                request.client_id,
-                request.request,
-                0,
-                0,
-                body,
-                request_checksum=checksum,
-                first_offset=first_offset,
-            )
+        code = CommandCode(request.code)
+        route = ROUTES.get(code)
+        handler = None if route is None else self._handlers.get(route)
+        if handler is None:
+            raise StateError(ErrorCode.INVALID_COMMAND, f"the simulator does not send {code}")
+        payload = wire.COMMANDS[code].decode_request(request.payload)
+        handler(tick, source, request, code, payload)
+
+    def _login(
+        self,
+        tick: int,
+        source: int,
+        request: ClientRequest,
+        code: CommandCode,
+        payload: wire.RequestPayload,
+    ) -> None:
+        assert isinstance(payload, wire.LoginRegister)
+        state = self._metadata_state()
+        register = authenticate(state, request.client_id, payload.username, payload.password)
+        operation, body = encode_command(register)
+        checksum = register_checksum(register.user_id)
+        self._propose(tick, METADATA_GROUP, request, checksum, operation, body, session=0)
+
+    def _metadata_write(
+        self,
+        tick: int,
+        source: int,
+        request: ClientRequest,
+        code: CommandCode,
+        payload: wire.RequestPayload,
+    ) -> None:
+        state = self._metadata_state()
+        write = admit_metadata_write(state, code, payload, request.session, None)
+        if isinstance(write, Denied):
+            raise StateError(ErrorCode(write.status), write.refusal)
+        checksum = request_checksum(code, payload, request.payload)
+        self._propose(tick, METADATA_GROUP, request, checksum, write.operation, write.body)
+
+    def _send(
+        self,
+        tick: int,
+        source: int,
+        request: ClientRequest,
+        code: CommandCode,
+        payload: wire.RequestPayload,
+    ) -> None:
+        assert isinstance(payload, wire.SendMessages)
+        state = self._metadata_state()
+        write = self._balancer.admit_send(state, payload, request.payload, request.session)
+        self._propose_partition(tick, request, code, payload, write)
+
+    def _offset_write(
+        self,
+        tick: int,
+        source: int,
+        request: ClientRequest,
+        code: CommandCode,
+        payload: wire.RequestPayload,
+    ) -> None:
+        assert isinstance(payload, wire.StoreConsumerOffset | wire.DeleteConsumerOffset)
+        state = self._metadata_state()
+        write = admit_offset_write(state, code, payload, request.session)
+        self._propose_partition(tick, request, code, payload, write)
+
+    def _propose_partition(
+        self,
+        tick: int,
+        request: ClientRequest,
+        code: CommandCode,
+        payload: wire.RequestPayload,
+        write: PartitionWrite,
+    ) -> None:
+        route = write.route
+        group = self._partition_group(route.stream_id, route.topic_id, route.partition_id)
+        checksum = request_checksum(code, payload, request.payload)
+        self._propose(tick, group, request, checksum, write.operation, write.body)
+
+    def _poll(
+        self,
+        tick: int,
+        source: int,
+        request: ClientRequest,
+        code: CommandCode,
+        payload: wire.RequestPayload,
+    ) -> None:
+        assert isinstance(payload, wire.PollMessages)
+        admitted = admit_poll(self._metadata_state(), payload, request.session)
+        client_id, number = request.client_id, request.request
+        checksum = request_checksum(code, payload, request.payload)
+        if isinstance(admitted, Resync):
+            body = b"".join(bytes(part) for part in resync_reply())
+            reply = ClientReply(client_id, number, 0, 0, body, request_checksum=checksum)
             self.outbox.append((source, reply))
             return
-        raise StateError(ErrorCode.INVALID_COMMAND, f"the simulator does not send {code}")
+        route = admitted.route
+        group = self._partition_group(route.stream_id, route.topic_id, route.partition_id)
+        replica = self.groups[group].replica
+        if not readable(replica, 0) or not replica.log_whole:
+            # In a view change, restarted and not re-committed yet, or committed messages
+            # missing here until repaired: the runtime's read barrier would wait, then
+            # refuse; the client reads again (elsewhere).
+            status = int(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+            self.outbox.append((source, ClientReply(client_id, number, 0, status, b"")))
+            return
+        if not replica.is_primary:
+            self.backup_polls += 1
+        partition = self.groups[group].machine.inner
+        assert isinstance(partition, PartitionMachine) and route.consumer is not None
+        parts, _ = partition.poll(payload, route.consumer)
+        body = b"".join(bytes(part) for part in parts)
+        first_offset = partition.state.first_offset
+        reply = ClientReply(
+            client_id, number, 0, 0, body, request_checksum=checksum, first_offset=first_offset
+        )
+        self.outbox.append((source, reply))
+
+    def _metadata_state(self) -> MetadataState:
+        metadata = self.groups[METADATA_GROUP].machine.inner
+        assert isinstance(metadata, MetadataMachine)
+        return metadata.state
 
     def _partition_group(self, stream_id: int, topic_id: int, partition_id: int) -> int:
         if (stream_id, topic_id) != (STREAM_ID, TOPIC_ID) or not (

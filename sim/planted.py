@@ -1,7 +1,8 @@
-"""Five deliberately broken replicas, to prove the simulator's checkers bite.
+"""Deliberately broken replicas and nodes, to prove the simulator's checkers bite.
 
-Purpose: each class overrides one of the four decision points ``consensus.replica``
-isolates for this purpose and makes the classic mistake there. They live in the
+Purpose: each replica class overrides one of the four decision points
+``consensus.replica`` isolates for this purpose and makes the classic mistake there; each
+node class makes one mistake of the node layer. They live in the
 simulator, never in production code, and are selected with ``viewstream-sim --plant``
 and by ``tests/sim/test_planted_bugs.py``.
 
@@ -18,15 +19,27 @@ and by ``tests/sim/test_planted_bugs.py``.
 5. ``number-only-dedup``: the client table takes a request for a duplicate by its number
    alone: a client that reuses a number for another request gets the cached reply of
    the first, and its request is never applied (acknowledged, then lost).
+
+And broken nodes, for the node layer (``sim.node`` carrying out ``broker.core``):
+
+6. ``forward-ack-at-prepare``: the primary's node answers a send another node forwarded
+   as soon as its prepare is in the journal, with the offsets the prepare stamped, instead
+   of waiting for the commit: the client is told of a write a view change may discard.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
+from broker.core.groups import Replied, RequestIdentity
 from consensus.client_table import CachedReply, ClientTable, Verdict
 from consensus.messages import DoViewChange, Prepare
 from consensus.replica import Replica
+from sdk import wire
+from sdk.wire.batch import read_batch
+from sdk.wire.codes import Operation
+from sim.network import ForwardedOutcome, ForwardedRequest
+from sim.node import GroupHost, Node
 
 
 class PicksLongestLog(Replica):
@@ -127,6 +140,33 @@ class JudgesByNumberOnly(Replica):
         self.client_table = planted
 
 
+class AcksForwardAtPrepare(Node):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._early: dict[tuple[int, int, RequestIdentity], tuple[int, int]] = {}
+
+    def on_forwarded(self, tick: int, source: int, forwarded: ForwardedRequest) -> None:
+        if forwarded.operation == Operation.SEND_MESSAGES:
+            identity = (forwarded.request, forwarded.operation, forwarded.request_checksum)
+            key = (forwarded.group, forwarded.client_id, identity)
+            self._early[key] = (source, forwarded.token)
+        super().on_forwarded(tick, source, forwarded)
+
+    def _appended(self, host: GroupHost, prepare: Prepare) -> None:
+        super()._appended(host, prepare)
+        header = prepare.header
+        identity = (header.request, header.operation, header.request_checksum)
+        early = self._early.pop((host.group, header.client_id, identity), None)
+        if early is None or not host.replica.is_primary:
+            return
+        source, token = early
+        stamped, _ = read_batch(prepare.body)
+        confirmation = wire.SendConfirmation(0, 0, host.group - 1, stamped.base_offset)
+        body = wire.SendMessagesReply((confirmation,)).encode()
+        replied = Replied(header.op, host.replica.commit_max, host.replica.view, body)
+        self.outbox.append((source, ForwardedOutcome(token, replied)))
+
+
 PLANTED: Final[dict[str, type[Replica]]] = {
     "longest-log": PicksLongestLog,
     "ack-before-write": AcksBeforeWritten,
@@ -134,3 +174,18 @@ PLANTED: Final[dict[str, type[Replica]]] = {
     "apply-past-commit": AppliesPastCommit,
     "number-only-dedup": JudgesByNumberOnly,
 }
+
+
+PLANTED_NODES: Final[dict[str, type[Node]]] = {
+    "forward-ack-at-prepare": AcksForwardAtPrepare,
+}
+"""The planted node-layer bugs, run with the correct replica."""
+
+
+def planted_classes(name: str | None) -> tuple[type[Replica], type[Node]]:
+    """The replica and node classes of planted bug ``name`` (the correct ones for None)."""
+    if name is None:
+        return Replica, Node
+    if name in PLANTED_NODES:
+        return Replica, PLANTED_NODES[name]
+    return PLANTED[name], Node

@@ -42,7 +42,16 @@ from consensus.replica import Replica, Status
 from sim.checkers import Checkers, CheckFailed
 from sim.client import Client, Role
 from sim.faults import Faults
-from sim.network import CLIENT_BASE, ClientReply, ClientRequest, Network, Packet, ReplicaFrame
+from sim.network import (
+    CLIENT_BASE,
+    ClientReply,
+    ClientRequest,
+    ForwardedOutcome,
+    ForwardedRequest,
+    Network,
+    Packet,
+    ReplicaFrame,
+)
 from sim.node import Node
 from sim.options import Options
 from sim.rng import stream
@@ -88,6 +97,7 @@ class World:
         replica_class: type[Replica] = Replica,
         *,
         strict_polls: bool = True,
+        node_class: type[Node] = Node,
     ) -> None:
         self.options = options
         seed = options.seed
@@ -116,7 +126,7 @@ class World:
             self.clients.append(client)
             self.client_endpoints[client_id] = client.endpoint
         self.nodes = [
-            Node(index, options, self.checkers, self.client_endpoints, replica_class)
+            node_class(index, options, self.checkers, self.client_endpoints, replica_class)
             for index in range(options.node_count)
         ]
         self.faults = Faults(options, self.nodes, self.network)
@@ -220,10 +230,19 @@ class World:
                 struct.pack("<QqI", payload.session, payload.request, payload.code)
                 + payload.payload
             )
-        else:
+        elif isinstance(payload, ClientReply):
             self._trace.update(
                 struct.pack("<qQI", payload.request, payload.op, payload.status) + payload.body
             )
+        elif isinstance(payload, ForwardedRequest):
+            self._trace.update(
+                struct.pack(
+                    "<QIqI", payload.token, payload.group, payload.request, payload.operation
+                )
+                + payload.body
+            )
+        else:
+            self._trace.update(struct.pack("<Q", payload.token) + repr(payload.outcome).encode())
         if packet.target >= CLIENT_BASE:
             assert isinstance(payload, ClientReply)
             self.clients[packet.target - CLIENT_BASE].on_reply(tick, packet.source, payload)
@@ -237,9 +256,13 @@ class World:
             except MessageError:
                 return  # a bad frame costs its sender the message, never the node
             node.step(tick, node.groups[payload.group], MessageReceived(message))
-        else:
-            assert isinstance(payload, ClientRequest)
+        elif isinstance(payload, ClientRequest):
             node.on_client_request(tick, packet.source, payload)
+        elif isinstance(payload, ForwardedRequest):
+            node.on_forwarded(tick, packet.source, payload)
+        else:
+            assert isinstance(payload, ForwardedOutcome)
+            node.on_forwarded_outcome(packet.source, payload)
         self._flush_node(tick, node)
 
     def _flush_node(self, tick: int, node: Node) -> None:
@@ -317,6 +340,8 @@ class World:
             "poll_gaps": checkers.poll_gaps,
             "requests_completed": sum(c.completed for c in self.clients),
             "requests_abandoned": sum(c.abandoned for c in self.clients),
+            "forwarded_writes": sum(n.forwarded_writes for n in self.nodes),
+            "backup_polls": sum(n.backup_polls for n in self.nodes),
             "view_max": max(views, default=0),
             "packets_sent": self.network.sent,
             "packets_lost": self.network.lost,
@@ -338,9 +363,11 @@ def run_seed(
     *,
     faults: bool = True,
     replica_class: type[Replica] = Replica,
+    node_class: type[Node] = Node,
     strict_polls: bool = True,
     lazy_ticks: bool = False,
 ) -> Result:
     """Run the simulation of ``seed`` (the one entry point the CLI and the tests use)."""
     options = dataclasses.replace(Options.from_seed(seed, faults=faults), lazy_ticks=lazy_ticks)
-    return World(options, replica_class, strict_polls=strict_polls).run()
+    world = World(options, replica_class, strict_polls=strict_polls, node_class=node_class)
+    return world.run()

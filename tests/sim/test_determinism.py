@@ -26,9 +26,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # prepare headers carry the request's identity digest (152 bytes), and seeds draw number
 # reusers into the workload. 74caaf30... -> 91a23668...: the simulated node queues,
 # admits and answers client requests with the runtime's ``broker.core.groups`` (a backup
-# refuses with 58 naming the primary, instead of dropping the request).
+# refuses with 58 naming the primary, instead of dropping the request). 91a23668... ->
+# f697f9ad...: backups forward client requests to the primary's node
+# (``broker.core.forwarding``), and clients send one write in five to a random node.
 BASELINE_SEED = 5
-BASELINE_TRACE_HASH = "91a236689f68882cfcef6faa102659e2"
+BASELINE_TRACE_HASH = "f697f9adba96b4ce0c93bb5c5a7019a3"
 
 
 def _trace_of(seed: int, hash_seed: str) -> str:
