@@ -10,6 +10,7 @@ simulator run the same decisions. Modules are named by concept:
 - ``forwarding``: requests a backup hands to its primary's node, each answered once.
 - ``groups``: a hosted group's client requests: queued, admitted, answered once.
 - ``identity``: what tells a retried request from another that reuses its number.
+- ``maintenance``: when the node's own requests are due: the root user, purges, auto-commits.
 - ``reads``: whether a replica may serve a read of its committed state (the read barrier).
 - ``reconcile``: group ids, and which partition groups to open, close or purge.
 - ``refusals``: the budget of refusal log lines.

@@ -99,6 +99,7 @@ from broker.core.identity import (
     request_checksum,
     stamped_checksum_valid,
 )
+from broker.core.maintenance import AutoCommits, PurgesDue, PurgeView, root_user_due
 from broker.core.reconcile import METADATA_GROUP, reconcile
 from broker.core.refusals import refusal_line
 from broker.core.sessions import (
@@ -274,12 +275,8 @@ class Node:
             METADATA_GROUP, GroupKind.METADATA, self.data_dir / "metadata", persisted=True
         )
         self.system = SystemClient(self)
-        self._autocommit: dict[int, dict[Any, tuple[PartitionRoute, int, int]]] = {}
-        self._autocommit_running: set[int] = set()
-        self._purging: set[int] = set()
-        # Partition groups whose committed purge generation may be ahead of their state:
-        # the only ones the maintenance pass looks at, so idle partitions cost it nothing.
-        self._purges_due: dict[int, None] = {}
+        self._autocommits: AutoCommits[tuple[PartitionRoute, int, int]] = AutoCommits()
+        self._purges = PurgesDue()
         self._bootstrapping = False
         self.stopping = False
         self.connections = 0
@@ -362,7 +359,7 @@ class Node:
         for group_id, ref in change.add:
             self._add_partition(group_id, ref)
         for group_id in change.purge_due:
-            self._purges_due[group_id] = None
+            self._purges.watch(group_id)
         self._refs.update(change.refs)
 
     def _add_partition(self, group_id: int, ref: PartitionRef) -> None:
@@ -557,9 +554,9 @@ class Node:
 
     def _maybe_bootstrap(self) -> None:
         machine = self.metadata.metadata
-        if machine is None or self._bootstrapping or not self.metadata.is_primary:
-            return
-        if machine.state.root_user_id is not None or machine.state.users():
+        if machine is None or not root_user_due(
+            machine.state, is_primary=self.metadata.is_primary, bootstrapping=self._bootstrapping
+        ):
             return
         self._bootstrapping = True
         assert self._nursery is not None
@@ -588,24 +585,19 @@ class Node:
             self._bootstrapping = False
 
     def _maybe_purge(self) -> None:
-        """Truncate, as primary, each partition whose committed purge it has not applied;
-        a partition leaves ``_purges_due`` once its state has (on any replica)."""
+        """Truncate, as primary, each partition whose committed purge its state has not
+        applied (``broker.core.maintenance.PurgesDue``)."""
         assert self._nursery is not None
-        for group_id in list(self._purges_due):
-            ref = self._refs.get(group_id)
-            host = self.groups.get(group_id)
-            if ref is None or host is None:
-                del self._purges_due[group_id]  # deleted since
-                continue
-            machine = host.partition_machine
-            if machine is None:
-                continue  # still opening, or failed until its storage opens
-            if machine.state.purge_generation >= ref.purge_generation:
-                del self._purges_due[group_id]
-                continue
-            if host.is_primary and group_id not in self._purging:
-                self._purging.add(group_id)
-                self._nursery.start_soon(self._purge, host, ref.purge_generation)
+        for group_id, generation in self._purges.due(self._refs, self._purge_view):
+            self._nursery.start_soon(self._purge, self.groups[group_id], generation)
+
+    def _purge_view(self, group_id: int) -> PurgeView | None:
+        host = self.groups.get(group_id)
+        if host is None:
+            return None
+        machine = host.partition_machine
+        applied = None if machine is None else machine.state.purge_generation
+        return PurgeView(applied, host.is_primary)
 
     async def _purge(self, host: GroupHost, generation: int) -> None:
         try:
@@ -613,31 +605,31 @@ class Node:
                 host, Operation.TRUNCATE_PARTITION, purge_body(generation)
             )
         finally:
-            self._purging.discard(host.group_id)
+            self._purges.finished(host.group_id)
 
     def _auto_commit(
         self, host: GroupHost, route: PartitionRoute, offset: int, user_id: int
     ) -> None:
         """Store ``offset`` for the consumer of ``route`` on behalf of ``user_id`` (the
         polling user, charged for a new stored offset as for a store it made itself)."""
-        pending = self._autocommit.setdefault(host.group_id, {})
-        pending[route.consumer] = (route, offset, user_id)
-        if host.group_id not in self._autocommit_running and self._nursery is not None:
-            self._autocommit_running.add(host.group_id)
+        start = self._autocommits.add(host.group_id, route.consumer, (route, offset, user_id))
+        if start:
+            if self._nursery is None:
+                self._autocommits.stopped(host.group_id)
+                return
             self._nursery.start_soon(self._run_auto_commit, host)
 
     async def _run_auto_commit(self, host: GroupHost) -> None:
-        # Offsets of one group are stored one request at a time, the newest per consumer
-        # winning: a poll never waits for its auto-commit.
+        """Store the group's auto-commits one request at a time, the newest offset per
+        consumer winning (``broker.core.maintenance.AutoCommits``)."""
+        commits = self._autocommits
         try:
-            pending = self._autocommit.get(host.group_id, {})
-            while pending:
-                key = next(iter(pending))
-                route, offset, user_id = pending.pop(key)
+            while (item := commits.next(host.group_id)) is not None:
+                route, offset, user_id = item
                 body = store_offset_body(route, offset, user_id)
                 await self.system.run_partition(host, Operation.STORE_CONSUMER_OFFSET, body)
         finally:
-            self._autocommit_running.discard(host.group_id)
+            commits.stopped(host.group_id)
 
     # -- statistics -------------------------------------------------------------------------
 

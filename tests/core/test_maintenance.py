@@ -1,0 +1,65 @@
+"""The node's own requests (``broker.core.maintenance``)."""
+
+from __future__ import annotations
+
+from broker.core.maintenance import AutoCommits, PurgesDue, PurgeView, root_user_due
+from broker.state.metadata import CreateStream, Durability, MetadataState, PartitionRef
+from tests.state.helpers import Driver, driver_with_root
+
+
+def _ref(generation: int) -> PartitionRef:
+    return PartitionRef(0, 0, 0, 5, generation, Durability.REPLICATED, Durability.REPLICATED)
+
+
+def test_only_the_metadata_primary_of_a_cluster_without_users_proposes_the_root() -> None:
+    empty = MetadataState()
+    assert root_user_due(empty, is_primary=True, bootstrapping=False)
+    assert not root_user_due(empty, is_primary=False, bootstrapping=False)
+    assert not root_user_due(empty, is_primary=True, bootstrapping=True)  # one at a time
+    driver: Driver = driver_with_root()
+    driver.as_root(CreateStream("s"))
+    assert not root_user_due(driver.state, is_primary=True, bootstrapping=False)
+
+
+def test_a_committed_purge_is_truncated_once_by_the_primary_until_the_state_caught_up() -> None:
+    purges = PurgesDue()
+    refs = {7: _ref(2)}
+    views: dict[int, PurgeView | None] = {7: PurgeView(None, True)}
+    assert purges.due(refs, views.get) == []  # not watched: nothing committed yet
+    purges.watch(7)
+    assert purges.due(refs, views.get) == []  # still opening
+    views[7] = PurgeView(1, False)
+    assert purges.due(refs, views.get) == []  # a backup waits for the primary's truncation
+    views[7] = PurgeView(1, True)
+    assert purges.due(refs, views.get) == [(7, 2)]
+    assert purges.due(refs, views.get) == []  # running: not started twice
+    purges.finished(7)  # it failed (say, the primary lost its role): try again
+    assert purges.due(refs, views.get) == [(7, 2)]
+    purges.finished(7)
+    views[7] = PurgeView(2, True)
+    assert purges.due(refs, views.get) == []
+    views[7] = PurgeView(1, True)
+    assert purges.due(refs, views.get) == []  # it caught up: no longer watched
+
+
+def test_a_deleted_or_unhosted_partition_is_no_longer_watched() -> None:
+    purges = PurgesDue()
+    purges.watch(7)
+    purges.watch(8)
+    views: dict[int, PurgeView | None] = {7: PurgeView(0, True)}
+    assert purges.due({8: _ref(1)}, views.get) == []  # 7 deleted, 8 not hosted here
+    assert purges.due({7: _ref(1), 8: _ref(1)}, views.get) == []
+
+
+def test_auto_commits_run_one_at_a_time_and_keep_each_consumers_newest_offset() -> None:
+    commits: AutoCommits[int] = AutoCommits()
+    assert commits.add(3, "a", 10)  # start the runner
+    assert not commits.add(3, "b", 20)
+    assert not commits.add(3, "a", 11)  # a polled again: only its newest offset is stored
+    assert commits.add(4, "a", 99)  # another group has its own runner
+    assert [commits.next(3), commits.next(3), commits.next(3)] == [11, 20, None]
+    assert commits.add(3, "a", 12)  # the runner ended: a new one starts
+    commits.stopped(3)  # cancelled before it stored anything
+    assert commits.add(3, "b", 21)
+    assert [commits.next(3), commits.next(3), commits.next(3)] == [12, 21, None]
+    assert commits.next(4) == 99
