@@ -27,7 +27,11 @@ Properties (Jepsen's names in brackets, ``reference/vsr.md`` §4.2):
    it means that replica's log has a hole of committed messages.
 6. ``monotonic``: within an incarnation a replica's view, log_view, commit_min and
    commit_max never go back; across restarts its durable view and log_view never do.
-7. ``converged`` (at the end): after healing, every replica of every group holds every
+7. ``read-your-writes``: a producer that reads back an acknowledged batch on the
+   connection that acknowledged it (the same node, not restarted since) gets that batch:
+   the node serves the read only once it has applied what it told the connection, even
+   as a backup that forwarded the send.
+8. ``converged`` (at the end): after healing, every replica of every group holds every
    op ever committed [lost-write of a whole committed suffix].
 
 Liveness (every pending request finishes in the healed phase) is judged by the world,
@@ -102,6 +106,8 @@ class Checkers:
     acks: list[Ack] = field(default_factory=list)
     abandoned: int = 0
     polls_checked: int = 0
+    #: Read-backs answered on the connection that acknowledged their send.
+    read_backs_checked: int = 0
     messages_polled: int = 0
     poll_gaps: int = 0
     #: Fail on every poll skip, even one explained by a replica's retained start.
@@ -331,6 +337,23 @@ class Checkers:
                     f"{model.message_ids[expected_offset]:#x}",
                 )
             self.messages_polled += 1
+        if pending.kind is Kind.READ_BACK and start == pending.position:
+            self._check_read_back(client, pending, reply, tuple(m.id for m in messages))
+
+    def _check_read_back(
+        self, client: Client, pending: Pending, reply: ClientReply, ids: tuple[int, ...]
+    ) -> None:
+        if (pending.replied_by, reply.incarnation) != pending.via:
+            return  # another connection: it may read older committed state
+        self.read_backs_checked += 1
+        if ids != pending.message_ids:
+            raise CheckFailed(
+                "correctness",
+                "read-your-writes",
+                f"client {client.index} read back partition {pending.partition} from "
+                f"{pending.position} on node {pending.replied_by}, which acknowledged "
+                f"{len(pending.message_ids)} messages there, and got {len(ids)}",
+            )
 
     # End of run --------------------------------------------------------------------------
 

@@ -177,6 +177,7 @@ def _run_swarm(seeds: range, *, faults: bool, plant: str | None, strict: bool) -
         "requests_completed",
         "forwarded_writes",
         "backup_polls",
+        "read_backs",
         "view_max",
         "crashes",
         "power_losses",

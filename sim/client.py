@@ -75,11 +75,12 @@ class Kind(enum.Enum):
     JOIN_GROUP = "join_group"
     SEND = "send"
     POLL = "poll"
+    READ_BACK = "read_back"
     STORE_OFFSET = "store_offset"
 
 
 #: Kinds answered from committed local state, not through consensus.
-READS: Final = (Kind.POLL,)
+READS: Final = (Kind.POLL, Kind.READ_BACK)
 
 
 @dataclass(slots=True)
@@ -101,6 +102,8 @@ class Pending:
     retry_tick: int = 0
     #: The node whose reply completed the request.
     replied_by: int = -1
+    #: Read-back: the connection (node, incarnation) that acknowledged the send it reads.
+    via: tuple[int, int] = (-1, -1)
     #: The request's identity digest, as the node computes it (``broker.core.identity``);
     #: empty for logins and system requests, whose digests name what the node resolved.
     checksum: bytes = b""
@@ -145,6 +148,9 @@ class Client:
     streams_created: int = 0
     streams_wanted: int = 0
     positions: dict[int, int] = field(default_factory=dict)
+    #: A producer's latest acknowledged send it will read back: the connection that
+    #: acknowledged it, the partition, its base offset and message ids.
+    read_back_due: tuple[tuple[int, int], int, int, tuple[int, ...]] | None = None
     joined: bool = False
     #: Which node answered a replicated request of each group last: the likely primary.
     primary_hint: dict[int, int] = field(default_factory=dict)
@@ -214,6 +220,8 @@ class Client:
                 name=name,
             )
         if self.role is Role.PRODUCER:
+            if self.read_back_due is not None:
+                return self._read_back()
             if self.batches_sent >= self.options.workload.batches_per_producer:
                 return None
             return self._send()
@@ -302,6 +310,33 @@ class Client:
             message_ids=tuple(ids),
         )
 
+    def _read_back(self) -> Pending:
+        """Poll the batch the last acknowledged send wrote, on the connection that
+        acknowledged it: the node must answer with it (read-your-writes)."""
+        assert self.read_back_due is not None
+        via, partition, base_offset, ids = self.read_back_due
+        self.read_back_due = None
+        consumer = wire.Consumer(wire.ConsumerKind.CONSUMER, wire.Identifier.numeric(self.index))
+        poll = wire.PollMessages(
+            consumer,
+            wire.Identifier.numeric(0),
+            wire.Identifier.numeric(0),
+            partition,
+            wire.PollingStrategy.offset(base_offset),
+            len(ids),
+            False,
+        ).encode()
+        return Pending(
+            Kind.READ_BACK,
+            1 + partition,
+            self._request(CommandCode.POLL_MESSAGES, poll),
+            0,
+            partition=partition,
+            message_ids=ids,
+            position=base_offset,
+            via=via,
+        )
+
     def _consume(self) -> Pending:
         partition = self.prng.randrange(self.options.partition_count)
         position = self.positions.get(partition, 0)
@@ -358,6 +393,10 @@ class Client:
         if broadcast:
             for node in range(nodes):
                 self.outbox.append((node, pending.request))
+            return
+        if pending.kind is Kind.READ_BACK:
+            # On the connection that acknowledged the send (a new one if it restarted).
+            self.outbox.append((pending.via[0], pending.request))
             return
         hint = self.primary_hint.get(pending.group)
         if hint is None or pending.kind in READS:
@@ -432,6 +471,12 @@ class Client:
             self.joined = True
         elif kind is Kind.SEND:
             self.batches_sent += 1
+            share = self.options.workload.read_back_share
+            if share and self.prng.random() < share:
+                confirmation = wire.SendMessagesReply.decode(reply.body).confirmations[0]
+                via = (pending.replied_by, reply.incarnation)
+                due = (via, pending.partition, confirmation.base_offset, pending.message_ids)
+                self.read_back_due = due
         elif kind is Kind.POLL:
             try:
                 polled = wire.PollMessagesReply.decode(reply.body)

@@ -87,6 +87,11 @@ class ClientReply:
     #: for a refusal the primary of the group's view at the node that refused; -1 when
     #: none.
     primary: int = -1
+    #: The answering node's incarnation. A client's connection to a node lasts as long as
+    #: the node's process: a reply with the incarnation of an earlier one came on the same
+    #: connection, and what the node remembers of a connection (what it was told) is gone
+    #: with a restart. Observed for the checkers; a real client sees its socket close.
+    incarnation: int = 0
 
 
 @dataclass(frozen=True, slots=True)

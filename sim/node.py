@@ -53,6 +53,7 @@ from broker.core.commands import (
     admit_poll,
     resync_reply,
 )
+from broker.core.connections import ConnectionContext
 from broker.core.forwarding import Forwards, forward_target
 from broker.core.groups import (
     REQUEST_TIMEOUT_US,
@@ -208,6 +209,9 @@ class Node:
         self._waiting: deque[tuple[int, GroupHost, Submission]] = deque()
         self._balancer = Balancer()
         self.forwards = Forwards()
+        #: What this node remembers of each client's connection to it (by client id), as
+        #: the runtime's connection contexts: gone with the process.
+        self.connections: dict[int, ConnectionContext] = {}
         #: Requests this node forwarded to another node's primary (every incarnation).
         self.forwarded_writes = 0
         #: Polls this node's backups served through the read barrier (every incarnation).
@@ -291,6 +295,7 @@ class Node:
         self.alive = False
         self.outbox = []
         self._waiting.clear()  # the connections that waited are gone with the process
+        self.connections = {}
         self.forwards = Forwards()
         for host in self.groups:
             host.io = []
@@ -494,6 +499,7 @@ class Node:
         if isinstance(outcome, Replied):
             op, body = outcome.op, outcome.body
             primary = host.replica.primary_index(outcome.view)
+            self._connection(submission.client_id).saw(host.group, op)
         elif isinstance(outcome, Refused):
             status, primary = outcome.status, host.replica.primary
         else:
@@ -501,8 +507,53 @@ class Node:
             error = outcome.error.value
         checksum = submission.request_checksum
         client_id, request = submission.client_id, submission.request
-        reply = ClientReply(client_id, request, op, status, body, error, checksum, primary=primary)
+        reply = ClientReply(
+            client_id,
+            request,
+            op,
+            status,
+            body,
+            error,
+            checksum,
+            primary=primary,
+            incarnation=self.incarnation,
+        )
         self.outbox.append((endpoint, reply))
+
+    def _answer(
+        self,
+        source: int,
+        request: ClientRequest,
+        status: int,
+        body: bytes = b"",
+        *,
+        checksum: bytes = b"",
+        first_offset: int = 0,
+    ) -> None:
+        """Answer ``request`` at once, on its connection: a refusal, or a read."""
+        reply = ClientReply(
+            request.client_id,
+            request.request,
+            0,
+            status,
+            body,
+            request_checksum=checksum,
+            first_offset=first_offset,
+            incarnation=self.incarnation,
+        )
+        self.outbox.append((source, reply))
+
+    def _connection(self, client_id: int) -> ConnectionContext:
+        connection = self.connections.get(client_id)
+        if connection is None:
+            connection = ConnectionContext(f"client-{client_id}", client_id)
+            self.connections[client_id] = connection
+        return connection
+
+    def _must_see(self, client_id: int, group: int) -> int:
+        """The op of ``group`` a read on this client's connection must find applied: what
+        the connection was told (read-your-writes)."""
+        return self._connection(client_id).must_see(group)
 
     # Admission ---------------------------------------------------------------------------
 
@@ -510,14 +561,8 @@ class Node:
         """Admit a client request as the runtime does, or answer it at once."""
         try:
             self._admit(tick, source, request)
-        except StateError as error:
-            self.outbox.append(
-                (source, ClientReply(request.client_id, request.request, 0, int(error.code), b""))
-            )
-        except wire.ProtocolError as error:
-            self.outbox.append(
-                (source, ClientReply(request.client_id, request.request, 0, int(error.code), b""))
-            )
+        except (StateError, wire.ProtocolError) as error:
+            self._answer(source, request, int(error.code))
 
     def _admit(self, tick: int, source: int, request: ClientRequest) -> None:
         if request.code == SYSTEM_CODE:
@@ -531,6 +576,15 @@ class Node:
         handler = None if route is None else self._handlers.get(route)
         if handler is None:
             raise StateError(ErrorCode.INVALID_COMMAND, f"the simulator does not send {code}")
+        metadata = self.groups[METADATA_GROUP].replica
+        if route is not Route.LOGIN and metadata.commit_min < self._must_see(
+            request.client_id, METADATA_GROUP
+        ):
+            # Read your writes: this node checks requests against its metadata only once
+            # it applied what the connection was told. The runtime waits for it (a read
+            # index); here the client is refused and asks again.
+            self._answer(source, request, int(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
+            return
         payload = wire.COMMANDS[code].decode_request(request.payload)
         handler(tick, source, request, code, payload)
 
@@ -613,22 +667,21 @@ class Node:
     ) -> None:
         assert isinstance(payload, wire.PollMessages)
         admitted = admit_poll(self._metadata_state(), payload, request.session)
-        client_id, number = request.client_id, request.request
         checksum = request_checksum(code, payload, request.payload)
         if isinstance(admitted, Resync):
             body = b"".join(bytes(part) for part in resync_reply())
-            reply = ClientReply(client_id, number, 0, 0, body, request_checksum=checksum)
-            self.outbox.append((source, reply))
+            self._answer(source, request, 0, body, checksum=checksum)
             return
         route = admitted.route
         group = self._partition_group(route.stream_id, route.topic_id, route.partition_id)
         replica = self.groups[group].replica
-        if not readable(replica, 0) or not replica.log_whole:
-            # In a view change, restarted and not re-committed yet, or committed messages
-            # missing here until repaired: the runtime's read barrier would wait, then
-            # refuse; the client reads again (elsewhere).
-            status = int(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
-            self.outbox.append((source, ClientReply(client_id, number, 0, status, b"")))
+        if not readable(replica, self._must_see(request.client_id, group)) or not (
+            replica.log_whole
+        ):
+            # In a view change, restarted and not re-committed yet, behind what this
+            # connection was told, or committed messages missing here until repaired: the
+            # runtime's read barrier would wait, then refuse; the client reads again.
+            self._answer(source, request, int(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
             return
         if not replica.is_primary:
             self.backup_polls += 1
@@ -637,10 +690,7 @@ class Node:
         parts, _ = partition.poll(payload, route.consumer)
         body = b"".join(bytes(part) for part in parts)
         first_offset = partition.state.first_offset
-        reply = ClientReply(
-            client_id, number, 0, 0, body, request_checksum=checksum, first_offset=first_offset
-        )
-        self.outbox.append((source, reply))
+        self._answer(source, request, 0, body, checksum=checksum, first_offset=first_offset)
 
     def _metadata_state(self) -> MetadataState:
         metadata = self.groups[METADATA_GROUP].machine.inner

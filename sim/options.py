@@ -97,6 +97,9 @@ class WorkloadOptions:
     #: clients do: every send and offset store under the client's current request number,
     #: never advanced (``sim.client``, invariant 4).
     number_reusers: int = 0
+    #: The share of a producer's acknowledged sends it reads back on the connection that
+    #: acknowledged them (``sim.client``; the ``read-your-writes`` checker). Not drawn.
+    read_back_share: float = 0.3
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,9 @@ And broken nodes, for the node layer (``sim.node`` carrying out ``broker.core``)
 6. ``forward-ack-at-prepare``: the primary's node answers a send another node forwarded
    as soon as its prepare is in the journal, with the offsets the prepare stamped, instead
    of waiting for the commit: the client is told of a write a view change may discard.
+7. ``backup-poll-above-applied``: a node serves a poll once its replica may serve reads at
+   all, without waiting to apply what it told the poll's connection: a backup that
+   forwarded a send answers the sender's read-back without the batch it acknowledged.
 """
 
 from __future__ import annotations
@@ -167,6 +170,11 @@ class AcksForwardAtPrepare(Node):
         self.outbox.append((source, ForwardedOutcome(token, replied)))
 
 
+class ServesPollsAboveApplied(Node):
+    def _must_see(self, client_id: int, group: int) -> int:
+        return 0
+
+
 PLANTED: Final[dict[str, type[Replica]]] = {
     "longest-log": PicksLongestLog,
     "ack-before-write": AcksBeforeWritten,
@@ -178,6 +186,7 @@ PLANTED: Final[dict[str, type[Replica]]] = {
 
 PLANTED_NODES: Final[dict[str, type[Node]]] = {
     "forward-ack-at-prepare": AcksForwardAtPrepare,
+    "backup-poll-above-applied": ServesPollsAboveApplied,
 }
 """The planted node-layer bugs, run with the correct replica."""
 

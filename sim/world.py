@@ -337,6 +337,7 @@ class World:
             "acked_messages": sum(len(a.message_ids) for a in checkers.acks),
             "polls": checkers.polls_checked,
             "messages_polled": checkers.messages_polled,
+            "read_backs": checkers.read_backs_checked,
             "poll_gaps": checkers.poll_gaps,
             "requests_completed": sum(c.completed for c in self.clients),
             "requests_abandoned": sum(c.abandoned for c in self.clients),

@@ -43,6 +43,15 @@ class ConnectionContext:
     #: This connection's budget of refusal log lines.
     refusals: RefusalLimiter = field(default_factory=RefusalLimiter)
 
+    def saw(self, group: int, op: int) -> None:
+        """This connection was answered with committed ``op`` of ``group``: from now on it
+        reads only state that holds it (read-your-writes, ``broker.core.reads``)."""
+        self.seen[group] = max(self.seen.get(group, 0), op)
+
+    def must_see(self, group: int) -> int:
+        """The op of ``group`` a read on this connection must find applied."""
+        return self.seen.get(group, 0)
+
 
 @dataclass(frozen=True, slots=True)
 class Response:

@@ -97,7 +97,7 @@ def check_session(
             ErrorCode.UNAUTHENTICATED,
             "the session was not opened or joined by a login on this connection",
         )
-    seen = context.seen.get(METADATA_GROUP, 0)
+    seen = context.must_see(METADATA_GROUP)
     heard_of = session <= max(metadata.known_op, seen)
     if not waited and heard_of and metadata.applied_op < session:
         return SessionWait(session)

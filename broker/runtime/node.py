@@ -835,7 +835,7 @@ class Node:
             return failure
         # Read your writes: a backup answers (and checks a write against) local state only
         # once it has applied the metadata ops this connection saw committed.
-        seen = context.seen.get(METADATA_GROUP, 0)
+        seen = context.must_see(METADATA_GROUP)
         if self.metadata.applied_op < seen:
             await self._catch_up(self.metadata, seen)
         try:
@@ -997,7 +997,7 @@ class Node:
             # connection that opened it ends it when it closes, not this one.
             if outcome.op > known_before:
                 context.registered_session = outcome.op
-            context.seen[METADATA_GROUP] = outcome.op
+            context.saw(METADATA_GROUP, outcome.op)
         elif isinstance(outcome, Refused) and outcome.status == CLIENT_ID_TAKEN_STATUS:
             return _evict(
                 header.client, EvictionReason.SESSION_ERROR, "the client id is another user's"
@@ -1051,8 +1051,7 @@ class Node:
         self, context: ConnectionContext, host: GroupHost, header: RequestHeader, outcome: Outcome
     ) -> Response:
         if isinstance(outcome, Replied):
-            seen = context.seen.get(host.group_id, 0)
-            context.seen[host.group_id] = max(seen, outcome.op)
+            context.saw(host.group_id, outcome.op)
             # The primary that committed it, which is not this node when a backup
             # forwarded the request: the client sends its next write there.
             return Response(
@@ -1339,7 +1338,7 @@ class Node:
             return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
         await host.opened.wait()
         fresh = payload.strategy.kind is wire.PollingKind.NEXT
-        seen = context.seen.get(host.group_id, 0)
+        seen = context.must_see(host.group_id)
         if not await self._read_barrier(host, seen, fresh=fresh):
             # Restarted or in a view change: its state may lack acknowledged ops.
             return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
@@ -1369,7 +1368,7 @@ class Node:
         route = route_offset(self._state(), payload, header.session)
         host = self._partition_host(route)
         await host.opened.wait()
-        seen = context.seen.get(host.group_id, 0)
+        seen = context.must_see(host.group_id)
         if not await self._read_barrier(host, seen, fresh=True):
             return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
         partition_machine = host.partition_machine

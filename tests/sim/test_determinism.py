@@ -29,8 +29,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # refuses with 58 naming the primary, instead of dropping the request). 91a23668... ->
 # f697f9ad...: backups forward client requests to the primary's node
 # (``broker.core.forwarding``), and clients send one write in five to a random node.
+# f697f9ad... -> 3bbf019c...: producers read back acknowledged batches on the
+# connection that acknowledged them, and a node refuses requests on a connection whose
+# metadata writes it has not applied yet (read-your-writes).
 BASELINE_SEED = 5
-BASELINE_TRACE_HASH = "f697f9adba96b4ce0c93bb5c5a7019a3"
+BASELINE_TRACE_HASH = "3bbf019cdb2299601d383ba6df1869b5"
 
 
 def _trace_of(seed: int, hash_seed: str) -> str:
