@@ -22,15 +22,20 @@ Host contract (the host executes the actions of one ``step`` in order):
    and the snapshot of the last ``WriteCheckpoint`` to the new replica, and its log holds
    whatever prepares survived, with ``faulty_ops`` naming records recovery found corrupt
    and ``head_faulty`` saying whether it may have cut durable records after the last.
+   The host keeps every field of :class:`DurableState`; ``log_damaged`` goes in the
+   superblock's first extra field (``SUPERBLOCK_EXTRA_LOG_DAMAGED``), 1 for true.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 from consensus.messages import Prepare
+
+SUPERBLOCK_EXTRA_LOG_DAMAGED: Final = 0
+"""The index of the superblock's extra u64 field that holds ``DurableState.log_damaged``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +55,13 @@ class DurableState:
     commit: int
     #: The op of the last checkpoint snapshot (0: none); ops up to it need not be in the log.
     checkpoint: int
+    #: A restart found the journal damaged (a record corrupt or missing, or a head cut that
+    #: recovery could not prove debris), and the replica has not since installed a view's
+    #: log durably (what makes log_view durable). It may have acknowledged prepares its
+    #: journal no longer holds, so it must not vote before it rejoins, however whole the
+    #: journal looks at a later restart: its own truncation of the damage erases the
+    #: evidence that recovery would find again (Protocol-Aware Recovery).
+    log_damaged: bool = False
 
     def __post_init__(self) -> None:
         assert 0 <= self.log_view <= self.view

@@ -55,7 +55,11 @@ head that TigerBeetle's ``recovering_head`` does not trust); or the group has on
 may also vote in a view change after its requests go unanswered, so a whole cluster can
 restart. An untrusted replica (corruption, or a ``replicated`` group) may have lost
 acknowledged prepares and waits for a live primary: if more than f replicas of such a
-group restart together, the group stops rather than lose committed ops.
+group restart together, the group stops rather than lose committed ops. Damage found at a
+restart is made durable (``DurableState.log_damaged``) before the journal is cut at it,
+and stays so until the replica has installed a view's log durably: the cut erases the
+damage, and a replica that restarts again before it has rejoined must not meet a whole
+looking journal and vote with a log that lacks what it acknowledged.
 
 *Repair and state transfer (§5.2).* Missing prepares are requested by op range in chunks
 of ``repair_chunk_max`` and verified by checksum against the known header, or against the
@@ -74,7 +78,7 @@ from __future__ import annotations
 import enum
 import random
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from consensus.client_table import ClientTable, SessionLive, Verdict
@@ -409,6 +413,19 @@ class Replica:
         self.op = op
         self._op_written = op
         self._op_synced = op
+        # Corruption means we may have acknowledged what we no longer hold: such a replica
+        # must never vote before it has rejoined (Protocol-Aware Recovery). That includes
+        # damage at the head that recovery cut with the torn tail: the ops cut are unknown,
+        # not absent, and a DoViewChange from this log would nack them or, from the
+        # highest log_view, make a log without them canonical. A lone replica has nobody
+        # who could hold them, so its log is all there is.
+        head_faulty = self._log.head_faulty() and self.replica_count > 1
+        damaged = bool(faulty) or op < log_op_max or head_faulty
+        if damaged and self.replica_count > 1 and not durable.log_damaged:
+            # Durable before the truncation below: cutting the damaged records erases what
+            # recovery found, and a restart after it must still know not to vote.
+            self.durable = replace(durable, log_damaged=True)
+            self._actions.append(WriteSuperblock(state=self.durable))
         if op < log_op_max:
             self._actions.append(TruncateJournal(after_op=op))
         if not self.config.state_transfer:
@@ -425,14 +442,7 @@ class Replica:
         self.commit_max = max(self.commit_min, durable.commit)
         # Replay: committed ops in the journal are applied silently (no replies).
         self._apply_committed()
-        # Corruption means we may have acknowledged what we no longer hold: such a replica
-        # must never vote before it has rejoined (Protocol-Aware Recovery). That includes
-        # damage at the head that recovery cut with the torn tail: the ops cut are unknown,
-        # not absent, and a DoViewChange from this log would nack them or, from the
-        # highest log_view, make a log without them canonical. A lone replica has nobody
-        # who could hold them, so its log is all there is.
-        head_faulty = self._log.head_faulty() and self.replica_count > 1
-        self.log_intact = not faulty and op == log_op_max and not head_faulty
+        self.log_intact = not damaged and not (durable.log_damaged and self.replica_count > 1)
         self.nonce = self._prng.getrandbits(63) + 1
         if self.replica_count == 1:
             # Nobody to ask: the log is all there is.
@@ -601,13 +611,19 @@ class Replica:
         return others[self._prng.randrange(len(others))]
 
     def _write_superblock(self) -> None:
-        """Persist view, durable log_view, commit and checkpoint if any of them moved."""
+        """Persist view, durable log_view, commit, checkpoint and log_damaged if any of
+        them (but the commit) moved."""
         view = self.view
-        log_view = self._log_view_durable_target()
-        if (view, log_view, self.checkpoint_op) == (
+        view_log_durable = self._view_log_durable()
+        log_view = self.log_view if view_log_durable else self.durable.log_view
+        # Once the journal durably holds a view's log installed since the restart, it holds
+        # every op that can have committed, whatever the damage took.
+        log_damaged = self.durable.log_damaged and not view_log_durable
+        if (view, log_view, self.checkpoint_op, log_damaged) == (
             self.durable.view,
             self.durable.log_view,
             self.durable.checkpoint,
+            self.durable.log_damaged,
         ):
             return  # the commit alone is a hint, not worth a superblock write per op
         state = DurableState(
@@ -615,6 +631,7 @@ class Replica:
             log_view=log_view,
             commit=max(self.durable.commit, self.commit_min),
             checkpoint=self.checkpoint_op,
+            log_damaged=log_damaged,
         )
         if state != self.durable:
             assert state.view >= self.durable.view
@@ -622,17 +639,15 @@ class Replica:
             self.durable = state
             self._actions.append(WriteSuperblock(state=state))
 
-    def _log_view_durable_target(self) -> int:
-        # log_view is made durable only once the journal durably holds the view's log up
-        # to the op the view started at, so a restart never pairs a new log_view with an
-        # old journal (tigerbeetle#2253 found the same hole).
-        if (
+    def _view_log_durable(self) -> bool:
+        """Whether the journal durably holds the current view's log up to the op the view
+        started at: only then may log_view be durable, so a restart never pairs a new
+        log_view with an old journal (tigerbeetle#2253 found the same hole)."""
+        return (
             self.status is Status.NORMAL
             and self.journal_verified_op >= self._view_op
             and self._op_durable() >= self._view_op
-        ):
-            return self.log_view
-        return self.durable.log_view
+        )
 
     def _op_durable(self) -> int:
         durable = self._op_synced if self.persisted else self._op_written
@@ -1144,7 +1159,9 @@ class Replica:
     def trusted(self) -> bool:
         """Whether a recovering replica may vote on its own log.
 
-        Never with corruption: it may have acknowledged what it no longer holds (PAR).
+        Never with corruption, found at this restart or at an earlier one it has not
+        rejoined since (``DurableState.log_damaged``): it may have acknowledged what it no
+        longer holds (PAR).
         In a ``persisted`` group it acknowledged only synced prepares, so its log is whole.
         In a ``replicated`` group a power loss may have taken acknowledged prepares, so it
         waits for a live primary unless a view-change quorum is recovering too: then the

@@ -31,7 +31,13 @@ import random
 from collections.abc import Sequence
 from typing import Final
 
-from broker.state.records import append_prepare, prepare_of, restore_prepare
+from broker.state.records import (
+    append_prepare,
+    durable_state,
+    prepare_of,
+    restore_prepare,
+    superblock_state,
+)
 from consensus.messages import Prepare
 from consensus.protocols import DurableState
 from journal import (
@@ -42,7 +48,6 @@ from journal import (
     OpNotRetained,
     RecordFaulty,
     Superblock,
-    SuperblockState,
 )
 
 CHECKPOINT_NAME: Final = "checkpoint"
@@ -105,14 +110,7 @@ class Disk:
             self.journal.truncate(self.journal.op_min - 1)
 
     def write_superblock(self, state: DurableState) -> None:
-        self.superblock.write(
-            SuperblockState(
-                view=state.view,
-                log_view=state.log_view,
-                commit=state.commit,
-                checkpoint=state.checkpoint,
-            )
-        )
+        self.superblock.write(superblock_state(state))
 
     def write_checkpoint(self, op: int, snapshot: bytes) -> None:
         """Persist the snapshot (write, sync, rename, sync the directory), then make the
@@ -161,12 +159,7 @@ class Disk:
             # partition replica (no state transfer; recovery cut committed records)
             # backfills the missing ops from a peer instead.
             self.journal.truncate(self.journal.op_min - 1)
-        durable = DurableState(
-            view=state.view,
-            log_view=state.log_view,
-            commit=state.commit,
-            checkpoint=state.checkpoint,
-        )
+        durable = durable_state(state)
         checkpoint: bytes | None = None
         if state.checkpoint > 0:
             checkpoint = self._read_checkpoint()

@@ -47,11 +47,17 @@ import shutil
 from collections import OrderedDict
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
-from broker.state.records import append_prepare, prepare_of, restore_prepare
+from broker.state.records import (
+    append_prepare,
+    durable_state,
+    prepare_of,
+    restore_prepare,
+    superblock_state,
+)
 from consensus.messages import MessageError, Prepare
 from consensus.protocols import DurableState
 from consensus.replica import decode_snapshot
@@ -62,7 +68,6 @@ from journal import (
     Storage,
     StorageFile,
     Superblock,
-    SuperblockState,
     SyncPlan,
 )
 from journal.storage import FileStorage
@@ -226,12 +231,7 @@ class GroupStore:
         state = self.superblock.state
         if self.created and self.superblock.sequence == 0 and self.journal.op_head == 0:
             return Recovered(None, None, ())
-        durable = DurableState(
-            view=state.view,
-            log_view=state.log_view,
-            commit=state.commit,
-            checkpoint=state.checkpoint,
-        )
+        durable = durable_state(state)
         checkpoint = None
         if state.checkpoint > 0:
             checkpoint = (self.path / _checkpoint_name(state.checkpoint)).read_bytes()
@@ -325,14 +325,8 @@ class GroupStore:
 
     def write_superblock(self, state: DurableState) -> None:
         """Persist the replica's durable state. Blocks on the disk."""
-        self.superblock.write(
-            SuperblockState(
-                view=state.view,
-                log_view=state.log_view,
-                commit=max(state.commit, self.superblock.state.commit),
-                checkpoint=state.checkpoint,
-            )
-        )
+        commit = max(state.commit, self.superblock.state.commit)
+        self.superblock.write(superblock_state(replace(state, commit=commit)))
         self._remove_old_checkpoints(keep_op=state.checkpoint)
 
     def write_checkpoint(self, op: int, snapshot: bytes) -> None:

@@ -1,6 +1,8 @@
-"""How a replica's prepares are stored in its journal: one record per op.
+"""How a replica's prepares are stored in its journal, one record per op, and its durable
+state in the superblock.
 
-Purpose: the one mapping from a consensus prepare to a journal record, shared by the
+Purpose: the one mapping from a consensus prepare to a journal record, and from a
+``consensus.protocols.DurableState`` to a ``journal.SuperblockState``, shared by the
 runtime's ``GroupStore`` and the simulator's ``Disk`` (both adapt ``journal.Journal`` to
 ``consensus.protocols.Log``).
 
@@ -10,6 +12,8 @@ Invariants:
    record read back is the prepare, checksums included.
 2. The journal's offset space is the op space: a record holds one "message" at offset
    ``op - 1``, so every journal lookup by offset is a lookup by op.
+3. Every field of a ``DurableState`` survives the superblock: ``log_damaged`` is the extra
+   field ``SUPERBLOCK_EXTRA_LOG_DAMAGED`` (1 for true, 0 for false).
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from consensus.messages import (
     PrepareHeader,
     unpack_prepare_header,
 )
-from journal import Journal, Record
+from consensus.protocols import SUPERBLOCK_EXTRA_LOG_DAMAGED, DurableState
+from journal import Journal, Record, SuperblockState
+from journal.superblock import SUPERBLOCK_EXTRA_COUNT
 
 
 def _record_fields(header: PrepareHeader) -> dict[str, int]:
@@ -71,3 +77,27 @@ def prepare_of(record: Record, op: int) -> Prepare | None:
     if header.op != op or len(body) != header.body_size:
         return None
     return Prepare(header, body)
+
+
+def superblock_state(durable: DurableState) -> SuperblockState:
+    """The superblock that holds ``durable`` (invariant 3)."""
+    extra = [0] * SUPERBLOCK_EXTRA_COUNT
+    extra[SUPERBLOCK_EXTRA_LOG_DAMAGED] = int(durable.log_damaged)
+    return SuperblockState(
+        view=durable.view,
+        log_view=durable.log_view,
+        commit=durable.commit,
+        checkpoint=durable.checkpoint,
+        extra=tuple(extra),
+    )
+
+
+def durable_state(state: SuperblockState) -> DurableState:
+    """The replica's durable state a superblock holds (inverse of ``superblock_state``)."""
+    return DurableState(
+        view=state.view,
+        log_view=state.log_view,
+        commit=state.commit,
+        checkpoint=state.checkpoint,
+        log_damaged=state.extra[SUPERBLOCK_EXTRA_LOG_DAMAGED] != 0,
+    )

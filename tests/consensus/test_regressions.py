@@ -13,6 +13,13 @@
    looks like a torn write) was trusted as intact: from the newest log_view, its shorter
    log became the new view's over an older log_view's that held a committed op, and the op
    was lost (simulator seed 718, ``tests/sim/test_found_schedules.py``).
+5. A replica whose recovery found a corrupt record truncated its journal there and, rightly,
+   did not vote; but the truncation erased the damage, so after a second restart before it
+   had rejoined its journal looked whole and it voted: from the same log_view as the
+   third replica, its log without the ops it had acknowledged was part of a view-change
+   quorum that dropped them, and a committed op was replaced (simulator seed 60 under the
+   partition-heavy profile, ``tests/sim/test_found_schedules.py``). The damage is now
+   durable (``DurableState.log_damaged``) until the replica has installed a view's log.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from consensus.events import Action, MessageReceived, PrepareWritten, SendToRepl
 from consensus.messages import DoViewChange, Prepare, PrepareOk, StartViewChange
 from consensus.replica import Replica, Status
 from consensus.testing import LedgerStateMachine, MemoryLog
-from tests.consensus.harness import TEST_CONFIG, Cluster
+from tests.consensus.harness import TEST_CONFIG, Cluster, Node
 from tests.consensus.test_replica_handlers import _prepares
 
 CLIENTS = (1, 2, 3)
@@ -186,4 +193,62 @@ def test_restart_with_a_damaged_head_does_not_vote_away_a_committed_op() -> None
         assert [e.request for e in node.state_machine.applied][:4] == [1, 2, 3, 4]
     cluster.request(client, 5)
     cluster.run_until(lambda: cluster.committed(client, 5))
+    cluster.check_safety()
+
+
+def _log_damaged(node: Node) -> bool:
+    """Whether ``node``'s superblock marks its journal damaged (durable across restarts)."""
+    assert node.superblock is not None
+    return node.superblock.log_damaged
+
+
+def test_restart_after_a_corrupt_record_was_cut_still_does_not_vote() -> None:
+    """recovery: a backup restarts with a corrupt record among ops it acknowledged, cuts
+    its journal there, and restarts again before rejoining: its journal now looks whole,
+    but it must still not vote, or it and the replica that missed those ops form a view
+    that loses them."""
+    cluster = Cluster(3, persisted=True, seed=12)
+    client = 1
+    for request in (1, 2, 3):
+        cluster.request(client, request)
+        cluster.run_until(lambda r=request: cluster.committed(client, r))  # type: ignore[misc]
+    # Ops 4 and 5 commit in view 0 on replicas 0 (the primary) and 1 only.
+    cluster.isolate(2)
+    for request in (4, 5):
+        cluster.request(client, request, to=0)
+        cluster.run_until(lambda r=request: cluster.committed(client, r))  # type: ignore[misc]
+    cluster.complete_io()
+    assert cluster.nodes[1].log.op_max() == 5 and cluster.nodes[2].log.op_max() == 3
+    # Replica 1 loses power; at rest its record of op 4 rots. Recovery finds it, so the
+    # replica does not vote; it cuts its journal after op 3, and the damage is gone.
+    cluster.crash(1, lose_unsynced=True)
+    cluster.nodes[1].log.corrupt(4)
+    cluster.restart(1)
+    damaged = cluster.nodes[1]
+    assert not damaged.replica.trusted
+    assert damaged.log.op_max() == 3 and not damaged.log.faulty_ops()
+    assert _log_damaged(damaged)
+    # It loses power again before it has rejoined: the journal it meets now is whole.
+    cluster.crash(1, lose_unsynced=True)
+    cluster.restart(1)
+    assert not damaged.replica.trusted
+    assert damaged.replica.durable.log_view == cluster.nodes[2].replica.durable.log_view == 0
+    # Replica 0, the only intact holder of ops 4 and 5, is cut off; replicas 1 and 2 could
+    # form a view-change quorum from log_view 0 and op 3 (they may not: 1 is untrusted).
+    cluster.heal()
+    cluster.isolate(0)
+    for _ in range(3):
+        for index in (1, 2):
+            cluster.request(client, 6, to=index)
+        cluster.tick(TEST_CONFIG.view_change_timeout_ticks)
+    cluster.check_safety()  # with 1 voting, request 6 would commit at op 4 in view 1
+    assert not cluster.committed(client, 6)
+    cluster.heal()
+    cluster.run_until(cluster.converged)
+    for node in cluster.nodes:
+        assert [e.request for e in node.state_machine.applied][:5] == [1, 2, 3, 4, 5]
+    # Rejoined, with the view's log durable: the damage is behind it.
+    assert not _log_damaged(damaged)
+    cluster.request(client, 6)
+    cluster.run_until(lambda: cluster.committed(client, 6))
     cluster.check_safety()

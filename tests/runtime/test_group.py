@@ -12,8 +12,10 @@ from broker.core.groups import Outcome, Replied, Submission
 from broker.core.identity import internal_checksum
 from broker.runtime.flush import Flusher
 from broker.runtime.group import TICKS_OWED_MAX, GroupHost, GroupKind, PartitionIds, ReplyWaiter
+from broker.runtime.store import GroupStore
 from consensus import Action, Event, Message, ReplicaConfig, Ticked
 from consensus.config import TICKS_IDLE
+from consensus.protocols import DurableState
 from sdk import wire
 from sdk.wire.codes import Operation
 
@@ -159,3 +161,16 @@ def test_an_idle_group_steps_its_replica_only_when_a_timeout_is_due(tmp_path: Pa
     # ticks owed since, paid before the request (and its write) is stepped.
     assert counts[:2] == [TICKS_OWED_MAX, 8]
     assert 0 not in counts[:2] and set(counts[2:]) == {0}
+
+
+def test_group_store_keeps_every_durable_field_across_a_restart(tmp_path: Path) -> None:
+    """restart: the superblock gives back the replica's whole durable state, the mark of a
+    damaged journal included (a replica that forgot it would vote on a cut log)."""
+    store = GroupStore(tmp_path, no_sync=False, segment_size_bytes=1 << 20)
+    store.recovered()
+    damaged = DurableState(view=4, log_view=4, commit=3, checkpoint=0, log_damaged=True)
+    store.write_superblock(damaged)
+    store.close()
+    store = GroupStore(tmp_path, no_sync=False, segment_size_bytes=1 << 20)
+    assert store.recovered().durable == damaged
+    store.close()

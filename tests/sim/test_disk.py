@@ -47,6 +47,18 @@ def test_superblock_and_checkpoint_survive_a_power_loss() -> None:
     assert disk.op_max() == 3  # a checkpoint syncs the journal first
 
 
+def test_superblock_keeps_log_damaged_across_a_power_loss_until_it_is_cleared() -> None:
+    disk = Disk(random.Random(5), log_is_data=True)
+    damaged = DurableState(view=4, log_view=4, commit=3, checkpoint=0, log_damaged=True)
+    disk.write_superblock(damaged)
+    disk.power_loss()
+    assert disk.reopen()[0] == damaged
+    rejoined = DurableState(view=5, log_view=5, commit=12, checkpoint=0)
+    disk.write_superblock(rejoined)
+    disk.power_loss()
+    assert disk.reopen()[0] == rejoined
+
+
 def test_checkpoint_beyond_the_journal_restarts_it_after_the_checkpoint() -> None:
     disk = Disk(random.Random(4), log_is_data=False)
     prepares = _prepares(6)

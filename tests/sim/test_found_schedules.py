@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import pytest
-
 from sim.options import Options
 from sim.world import World
 
@@ -47,8 +45,17 @@ def _agreement_after_a_corrupted_record_under_frequent_partitions() -> Options:
     outage, then node 1 loses power at tick 897, one record of its group 1 journal is
     corrupted while it is down (905), it restarts (918) into an isolate-primary partition
     of node 2 (911), and loses power again (1000). Node 1 is the only damaged node (the
-    fault budget f = 1 holds). At tick 1060 node 0 applies at group 1 op 16 a prepare
-    other than the one committed there (``agreement``). Not diagnosed yet."""
+    fault budget f = 1 holds).
+
+    In view 4 (primary node 2) nodes 1 and 2 committed ops up to 18 while node 0 was cut
+    off with ops up to 15. The corruption hit op 12 of node 1. At 918 recovery reported
+    it, so node 1 did not vote, and it cut its journal after op 11. The cut erased the
+    damage: at the restart of 1021 its journal looked whole, it voted for view 5 with
+    log_view 4 and op 11, and node 0 (log_view 4, op 15) took its own log as canonical
+    with node 1's DoViewChange for a quorum, dropping committed ops 16 to 18. At 1060
+    node 0 applied another prepare at op 16 (``agreement``). The damage is now durable
+    (``DurableState.log_damaged``) until the replica has installed a view's log, so node
+    1 waits for a live primary and view 5 forms with node 2, which holds ops 16 to 21."""
     options = Options.from_seed(60)
     assert (options.node_count, options.partition_count, options.persisted) == (3, 1, True)
     faults = dataclasses.replace(
@@ -62,7 +69,6 @@ def _agreement_after_a_corrupted_record_under_frequent_partitions() -> Options:
     return dataclasses.replace(options, faults=faults, workload=workload)
 
 
-@pytest.mark.xfail(strict=True, reason="agreement broken; not diagnosed yet")
 def test_agreement_holds_after_a_corrupted_record_under_frequent_partitions() -> None:
     result = World(_agreement_after_a_corrupted_record_under_frequent_partitions()).run()
     assert result.ok, result.message
