@@ -43,12 +43,13 @@ from typing import Final
 from broker.core.capacity import beyond_capacity
 from broker.core.connections import ConnectionContext
 from broker.state.admission import metadata_command
-from broker.state.codec import encode_command
+from broker.state.codec import OPERATION_BY_COMMAND, encode_command
 from broker.state.errors import ErrorCode, StateError
 from broker.state.metadata import MetadataCommand, MetadataState
 from broker.state.metadata_machine import MetadataMachine, StatsSource
 from broker.state.partition_machine import resolved_offset_request
 from broker.state.routing import PartitionRoute, route_offset, route_poll, route_send
+from consensus.client_table import CachedReply, ClientTable, Verdict
 from sdk import wire
 from sdk.wire import CommandCode
 from sdk.wire.codes import operation_for_code
@@ -155,6 +156,10 @@ class Denied:
     status: int
     refusal: str = ""
     """What the refusal log line says, where the status alone does not (or "")."""
+    operation: int = 0
+    """The operation the write would have proposed (0: unknown), so a retry of one the
+    group already committed is still answered from its client table
+    (:func:`committed_retry`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,12 +207,47 @@ def admit_command(
     """``command`` judged for ``session`` (permissions, then capacity) and encoded."""
     denied = state.authorize(command, session)
     if denied is not None:
-        return Denied(int(denied))
+        return Denied(int(denied), operation=int(OPERATION_BY_COMMAND[type(command)]))
     beyond = beyond_capacity(command, state.partitions_total, partitions_max)
     if beyond:
-        return Denied(int(ErrorCode.PARTITIONS_LIMIT_REACHED), beyond)
+        operation = int(OPERATION_BY_COMMAND[type(command)])
+        return Denied(int(ErrorCode.PARTITIONS_LIMIT_REACHED), beyond, operation)
     operation, body = encode_command(command)
     return MetadataWrite(command, int(operation), body)
+
+
+def committed_retry(
+    table: ClientTable,
+    client_id: int,
+    session: int,
+    request: int,
+    denied: Denied,
+    checksum: bytes,
+) -> CachedReply | None:
+    """The committed reply of a request admission just refused, when it is a retry of one
+    the group committed (same client, session, number, operation and identity digest).
+
+    Admission judges a request against the state as it is now, and a committed request
+    may have changed exactly what it checks: a retried DELETE_TOPIC whose first attempt
+    committed (its reply lost) finds no topic. The client table answers such a retry with
+    the reply the first attempt committed, as it answers any duplicate; the table holds
+    committed requests only, so the answer is what the group did.
+    """
+    if not denied.operation:
+        return None
+    verdict = table.judge(
+        client_id,
+        session,
+        request,
+        register=False,
+        operation=denied.operation,
+        request_checksum=checksum,
+    )
+    if verdict is not Verdict.DUPLICATE:
+        return None
+    return table.cached_reply(
+        client_id, register=False, operation=denied.operation, request_checksum=checksum
+    )
 
 
 class Balancer:

@@ -18,14 +18,19 @@ Invariants:
 3. A group is ``purge_due`` when its committed purge generation is ahead of the one the
    node knew for it before (a new group counts from 0): the node then looks at that group,
    and only at those, to truncate it as primary.
-4. Pure: no clock, file or task; the refs are the metadata's own values.
+4. A group the node removed is never hosted there again. The node records the removal
+   durably (a tombstone) before the group's data goes, and reconciling skips tombstoned
+   groups: a node may restart with its metadata below the op that removed a partition
+   (its durable commit lags what it applied), and would otherwise reopen the group
+   empty, a replica that forgot what it acknowledged.
+5. Pure: no clock, file or task; the refs are the metadata's own values.
 """
 
 from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -66,11 +71,18 @@ class Reconciliation:
 
 
 def reconcile(
-    hosted: Mapping[int, PartitionRef], committed: Iterable[PartitionRef]
+    hosted: Mapping[int, PartitionRef],
+    committed: Iterable[PartitionRef],
+    removed: Container[int] = (),
 ) -> Reconciliation:
     """Compare the groups a node hosts (with the refs it knew for them) with the
-    partitions its committed metadata names."""
-    wanted: dict[int, PartitionRef] = {group_of(ref): ref for ref in committed}
+    partitions its committed metadata names, leaving out the groups it ``removed`` before
+    (its tombstones, invariant 4)."""
+    wanted: dict[int, PartitionRef] = {}
+    for ref in committed:
+        group = group_of(ref)
+        if group not in removed:
+            wanted[group] = ref
     remove = tuple(group for group in hosted if group not in wanted)
     add = tuple((group, ref) for group, ref in wanted.items() if group not in hosted)
     purge_due = tuple(

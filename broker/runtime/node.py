@@ -81,6 +81,7 @@ from broker.core.commands import (
     admit_metadata_write,
     admit_offset_write,
     admit_poll,
+    committed_retry,
     resync_reply,
 )
 from broker.core.connections import ConnectionContext, Response
@@ -100,7 +101,7 @@ from broker.core.identity import (
     stamped_checksum_valid,
 )
 from broker.core.maintenance import AutoCommits, PurgesDue, PurgeView, root_user_due
-from broker.core.reconcile import METADATA_GROUP, reconcile
+from broker.core.reconcile import METADATA_GROUP, partition_group_id, reconcile
 from broker.core.refusals import refusal_line
 from broker.core.sessions import (
     MetadataView,
@@ -122,7 +123,7 @@ from broker.runtime.group import (
     ReplyWaiter,
 )
 from broker.runtime.stats import NodeCounters, StatsReport, group_report
-from broker.runtime.store import remove_group_dir
+from broker.runtime.store import remove_group_dir, tombstoned_names, write_tombstone
 from broker.runtime.throttle import (
     HOST_LOGINS_WAITING_MAX,
     PASSWORD_CHECKS_CONCURRENT,
@@ -254,6 +255,13 @@ class Node:
         """Every group's ticks; the ticker task advances it and it wakes the due groups."""
         self.partitions: dict[tuple[int, int, int], GroupHost] = {}
         self._refs: dict[int, PartitionRef] = {}
+        #: The partition groups this node removed (their tombstones on disk, and the ones
+        #: being written): never hosted here again (``broker.core.reconcile``).
+        self._removed: set[int] = {
+            group
+            for name in tombstoned_names(self.data_dir / "partitions")
+            if (group := _group_of_dir(name)) is not None
+        }
         self._scopes: dict[int, trio.CancelScope] = {}
         self._balancer = Balancer()
         self._handlers = self._route_handlers()
@@ -353,7 +361,7 @@ class Node:
         machine = self.metadata.metadata
         if machine is None or self._nursery is None:
             return
-        change = reconcile(self._refs, machine.state.partition_refs())
+        change = reconcile(self._refs, machine.state.partition_refs(), self._removed)
         for group_id in change.remove:
             self._remove_partition(group_id)
         for group_id, ref in change.add:
@@ -364,7 +372,7 @@ class Node:
 
     def _add_partition(self, group_id: int, ref: PartitionRef) -> None:
         assert self._nursery is not None
-        name = f"{ref.stream_id}-{ref.topic_id}-{ref.partition_id}-{ref.created_op}"
+        name = _dir_of(ref)
         host = self._make_group(
             group_id,
             GroupKind.PARTITION,
@@ -380,6 +388,7 @@ class Node:
         self._nursery.start_soon(self._run_group, host)
 
     def _remove_partition(self, group_id: int) -> None:
+        self._removed.add(group_id)
         ref = self._refs.pop(group_id)
         host = self.groups.pop(group_id)
         key = (ref.stream_id, ref.topic_id, ref.partition_id)
@@ -395,6 +404,15 @@ class Node:
         await host.closed.wait()
         with trio.CancelScope(shield=True):
             await host.close()
+            try:
+                await trio.to_thread.run_sync(write_tombstone, host.path)
+            except OSError as error:
+                # Without a durable tombstone a restart could reopen the group empty: keep
+                # its data, which a later start cannot mistake for a new group's.
+                log.warning(
+                    "kept removed group %s: cannot write its tombstone: %s", host.path, error
+                )
+                return
             await trio.to_thread.run_sync(remove_group_dir, host.path)
 
     async def _run_group(
@@ -1126,9 +1144,21 @@ class Node:
         write = admit_metadata_write(
             self._state(), code, payload, header.session, PARTITION_DESCRIPTORS.partitions_max
         )
-        if isinstance(write, Denied):
-            return _status(header, write.status, refusal=write.refusal)
         checksum = request_checksum(code, payload, frame.body)
+        if isinstance(write, Denied):
+            # A retry of a committed request gets its committed reply, not the refusal
+            # the state it changed now earns (``committed_retry``).
+            replica = self.metadata.replica
+            cached = None
+            if replica is not None:
+                table = replica.client_table
+                cached = committed_retry(
+                    table, header.client, header.session, header.request, write, checksum
+                )
+            if cached is None or replica is None:
+                return _status(header, write.status, refusal=write.refusal)
+            replied = Replied(cached.op, replica.commit_max, replica.view, cached.reply)
+            return self._answer(context, self.metadata, header, replied)
         outcome = await self._submit(self.metadata, header, checksum, write.operation, write.body)
         if code is CommandCode.LOGOUT_USER and isinstance(outcome, Replied):
             context.registered_session = 0
@@ -1648,3 +1678,17 @@ def _plain(counters: NodeCounters) -> dict[str, Any]:
     from dataclasses import asdict
 
     return asdict(counters)
+
+
+def _dir_of(ref: PartitionRef) -> str:
+    """The directory name of a partition group under ``partitions/``."""
+    return f"{ref.stream_id}-{ref.topic_id}-{ref.partition_id}-{ref.created_op}"
+
+
+def _group_of_dir(name: str) -> int | None:
+    """The group id of a partition directory name (:func:`_dir_of`), or None."""
+    parts = name.split("-")
+    if len(parts) != 4 or not all(part.isdigit() for part in parts):
+        return None
+    stream_id, topic_id, partition_id, created_op = (int(part) for part in parts)
+    return partition_group_id(stream_id, topic_id, partition_id, created_op)

@@ -423,25 +423,64 @@ class GroupStore:
         self._cache_bytes -= len(prepare.body)
 
 
-def remove_group_dir(path: Path) -> None:
-    """Delete a removed group's directory. Blocks on the disk.
+TOMBSTONE_SUFFIX: Final = ".removed"
+"""A removed group's tombstone: an empty file named after its directory, beside it."""
 
-    Best effort: the metadata op that removed the group is durable already, so a removal
-    that cannot be made durable (no descriptor left to sync the parent directory) is
-    logged rather than raised.
+
+def write_tombstone(path: Path) -> None:
+    """Record durably that the group whose directory is ``path`` was removed, before its
+    data goes (``broker.core.reconcile``, invariant 4): the node never reopens it, even
+    restarted with its metadata behind the removal. Blocks on the disk.
+
+    Raises:
+        OSError: the tombstone could not be made durable (keep the data then).
+    """
+    marker = path.with_name(path.name + TOMBSTONE_SUFFIX)
+    fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _sync_dir(path.parent)
+
+
+def tombstoned_names(partitions_dir: Path) -> list[str]:
+    """The directory names of the removed groups with a tombstone in ``partitions_dir``,
+    sorted."""
+    if not partitions_dir.is_dir():
+        return []
+    suffix = TOMBSTONE_SUFFIX
+    return sorted(
+        entry.name[: -len(suffix)]
+        for entry in partitions_dir.iterdir()
+        if entry.name.endswith(suffix)
+    )
+
+
+def remove_group_dir(path: Path) -> None:
+    """Delete a removed group's directory, once its tombstone is durable. Blocks on the
+    disk.
+
+    Best effort: the tombstone keeps the group removed, so a removal that cannot be made
+    durable (no descriptor left to sync the parent directory) is logged rather than
+    raised.
     """
     shutil.rmtree(path, ignore_errors=True)
     parent = path.parent
     if not parent.is_dir():
         return
     try:
-        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _sync_dir(parent)
     except OSError as error:
         log.warning("removed %s, but cannot sync its parent directory: %s", path, error)
+
+
+def _sync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _checkpoint_name(op: int) -> str:

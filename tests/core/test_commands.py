@@ -19,6 +19,7 @@ from broker.core.commands import (
     admit_metadata_write,
     admit_offset_write,
     admit_poll,
+    committed_retry,
     resync_reply,
 )
 from broker.core.connections import ConnectionContext
@@ -35,6 +36,8 @@ from broker.state.metadata import (
 from broker.state.partition import ConsumerKey, ConsumerKind
 from broker.state.partition_machine import STORE_USER
 from broker.state.permissions import Permissions, StreamPermissions
+from consensus.client_table import ClientTable
+from consensus.messages import Prepare, make_prepare_header
 from sdk import wire
 from sdk.wire import COMMANDS, CommandCode
 from sdk.wire.batch import OutgoingMessage
@@ -94,7 +97,7 @@ def test_a_metadata_write_is_judged_for_its_session_before_it_is_encoded() -> No
     assert write.operation == int(Operation.CREATE_STREAM)
     assert decode_command(write.operation, write.body) == CreateStream("new")
     denied = admit_metadata_write(state, CommandCode.CREATE_STREAM, create, reader, 8)
-    assert denied == Denied(int(ErrorCode.UNAUTHORIZED))
+    assert denied == Denied(int(ErrorCode.UNAUTHORIZED), operation=int(Operation.CREATE_STREAM))
     logout = admit_metadata_write(state, CommandCode.LOGOUT_USER, wire.Empty(), reader, None)
     assert isinstance(logout, MetadataWrite) and logout.command == Logout()
 
@@ -110,9 +113,9 @@ def test_a_creation_beyond_the_node_capacity_is_denied_with_the_reason() -> None
     assert "6 more partitions do not fit: 3 exist" in denied.refusal
     assert isinstance(admit_command(state, CreateTopic("s", "u", 6), root, None), MetadataWrite)
     # Permissions are judged first: a reader learns nothing of the node's capacity.
-    assert admit_command(state, CreateTopic("s", "u", 6), reader, 8) == Denied(
-        int(ErrorCode.UNAUTHORIZED)
-    )
+    unauthorized = admit_command(state, CreateTopic("s", "u", 6), reader, 8)
+    assert isinstance(unauthorized, Denied)
+    assert unauthorized.status == int(ErrorCode.UNAUTHORIZED)
 
 
 def test_balanced_sends_go_round_the_partitions_and_only_admitted_ones_count() -> None:
@@ -198,3 +201,41 @@ def test_a_poll_by_a_member_that_lost_its_partition_is_told_to_resync() -> None:
     with pytest.raises(StateError) as raised:
         admit_poll(state, missing, root)  # not a group's rebalance: the error itself
     assert raised.value.code == ErrorCode.TOPIC_ID_NOT_FOUND
+
+
+def test_a_retry_of_a_committed_write_that_admission_refuses_gets_its_committed_reply() -> None:
+    # A DELETE_TOPIC committed, its reply lost: the retry finds no topic at admission.
+    # The client table still holds the committed request: its reply answers the retry.
+    table = ClientTable(8, registers_sessions=True)
+    digest = b"\x07" * 16
+    operation = int(Operation.DELETE_TOPIC)
+
+    def committed(op: int, request: int, *, register: bool = False) -> Prepare:
+        header = make_prepare_header(
+            group=0,
+            view=0,
+            op=op,
+            commit=0,
+            parent=bytes(16),
+            client_id=41,
+            session=0 if register else 3,
+            request=request,
+            operation=int(Operation.REGISTER) if register else operation,
+            timestamp_us=op,
+            body=b"",
+            request_checksum=b"\x01" * 16 if register else digest,
+        )
+        return Prepare(header, b"")
+
+    table.commit(committed(3, 1, register=True), b"registered", register=True)
+    table.commit(committed(9, 2), b"deleted", register=False)
+    refused = Denied(int(ErrorCode.TOPIC_ID_NOT_FOUND), operation=operation)
+    cached = committed_retry(table, 41, 3, 2, refused, digest)
+    assert cached is not None and (cached.op, cached.reply) == (9, b"deleted")
+    # Another request under that number, a new number, or a refusal that knows no
+    # operation: the refusal stands.
+    assert committed_retry(table, 41, 3, 2, refused, b"\x08" * 16) is None
+    assert committed_retry(table, 41, 3, 3, refused, digest) is None
+    assert (
+        committed_retry(table, 41, 3, 2, Denied(int(ErrorCode.TOPIC_ID_NOT_FOUND)), digest) is None
+    )

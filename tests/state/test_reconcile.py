@@ -56,6 +56,18 @@ def test_a_partition_created_again_is_a_new_group_not_its_predecessor() -> None:
     assert group_of(old) != group_of(new)
 
 
+def test_a_removed_group_is_not_hosted_again_when_the_metadata_names_it_again() -> None:
+    # A node restarted with its metadata behind the op that deleted the topic: the
+    # metadata names the partition again, and the node, which removed its group (its
+    # tombstone), must not reopen it empty.
+    gone, kept = ref(1, 1, 0, 10), ref(1, 2, 0, 11)
+    change = reconcile({}, [gone, kept], removed={group_of(gone)})
+    assert change.add == ((group_of(kept), kept),)
+    assert list(change.refs) == [group_of(kept)]
+    again = reconcile(hosted(kept), [gone, kept], removed={group_of(gone)})
+    assert (again.remove, again.add) == ((), ())
+
+
 def test_a_group_is_due_a_purge_only_when_its_generation_moved_ahead() -> None:
     quiet, purged, new = ref(1, 1, 0, 10), ref(1, 1, 1, 10), ref(1, 3, 0, 30, purge=2)
     known = hosted(quiet, purged)
