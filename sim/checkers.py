@@ -31,8 +31,15 @@ Properties (Jepsen's names in brackets, ``reference/vsr.md`` §4.2):
    connection that acknowledged it (the same node, not restarted since) gets that batch:
    the node serves the read only once it has applied what it told the connection, even
    as a backup that forwarded the send.
-8. ``converged`` (at the end): after healing, every replica of every group holds every
-   op ever committed [lost-write of a whole committed suffix].
+8. ``hosting``: after every metadata op it applies, a node hosts exactly the partition
+   groups the committed metadata names at that op: none of a deleted topic or partition,
+   none missing.
+9. ``ownership``: in every generation of a consumer group, each partition has at most
+   one owner, and every node sees the same assignment for that generation.
+10. ``deleted``: a poll of a deleted topic, on the connection that was told of the
+   deletion, is refused with topic-not-found: its messages are never served again.
+11. ``converged`` (at the end): after healing, every replica of every group that still
+   exists holds every op ever committed [lost-write of a whole committed suffix].
 
 Liveness (every pending request finishes in the healed phase) is judged by the world,
 which knows the phases; it raises :class:`CheckFailed` with kind ``liveness``.
@@ -40,10 +47,14 @@ which knows the phases; it raises :class:`CheckFailed` with kind ``liveness``.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Literal
 
+from broker.core.commands import POLL_RESYNC_PARTITION
 from broker.core.reconcile import METADATA_GROUP
+from broker.state.errors import ErrorCode
+from broker.state.metadata import ConsumerGroupInfo
 from consensus.messages import Prepare
 from consensus.replica import Replica, Status
 from sdk import wire
@@ -84,6 +95,7 @@ class _ReplicaSeen:
 @dataclass(slots=True)
 class Ack:
     client: int
+    group: int
     partition: int
     op: int
     base_offset: int
@@ -94,13 +106,15 @@ class Ack:
 class Checkers:
     """Every safety checker of a run; implements the node observer and client reporter."""
 
-    group_count: int
-    committed: list[dict[int, Committed]] = field(default_factory=list)
+    #: By group id, in the order the groups first applied an op.
+    committed: dict[int, dict[int, Committed]] = field(default_factory=dict)
     metadata_model: MetadataModel = field(default_factory=MetadataModel)
-    partition_models: list[PartitionModel] = field(default_factory=list)
+    partition_models: dict[int, PartitionModel] = field(default_factory=dict)
     #: Ops applied by the model per group (the canonical log is fed in order).
-    modelled: list[int] = field(default_factory=list)
-    _prepares: list[dict[int, tuple[Prepare, bytes]]] = field(default_factory=list)
+    modelled: dict[int, int] = field(default_factory=dict)
+    _prepares: dict[int, dict[int, tuple[Prepare, bytes]]] = field(default_factory=dict)
+    #: The partition groups every node must host at each metadata op the model applied.
+    _hosting: dict[int, tuple[int, ...]] = field(default_factory=lambda: {0: ()})
     _last_applied: dict[tuple[int, int], int | None] = field(default_factory=dict)
     _seen: dict[tuple[int, int], _ReplicaSeen] = field(default_factory=dict)
     acks: list[Ack] = field(default_factory=list)
@@ -108,25 +122,35 @@ class Checkers:
     polls_checked: int = 0
     #: Read-backs answered on the connection that acknowledged their send.
     read_backs_checked: int = 0
+    #: Polls of a deleted topic on the connection that was told of its deletion.
+    deleted_polls_checked: int = 0
+    #: Polls by consumer-group members answered "resync": the partition is another's now.
+    resyncs: int = 0
+    #: Each consumer group's assignment in each generation, as the first node saw it.
+    _assignments: dict[tuple[int, int], tuple[tuple[int, tuple[int, ...]], ...]] = field(
+        default_factory=dict
+    )
     messages_polled: int = 0
     poll_gaps: int = 0
     #: Fail on every poll skip, even one explained by a replica's retained start.
     strict_polls: bool = True
 
-    def __post_init__(self) -> None:
-        self.committed = [{} for _ in range(self.group_count)]
-        self._prepares = [{} for _ in range(self.group_count)]
-        self.modelled = [0] * self.group_count
-        self.partition_models = [PartitionModel() for _ in range(self.group_count - 1)]
+    def partition_model(self, group: int) -> PartitionModel:
+        """The model of partition group ``group`` (empty until it commits an op)."""
+        model = self.partition_models.get(group)
+        if model is None:
+            model = self.partition_models[group] = PartitionModel()
+        return model
 
     # Node observer -----------------------------------------------------------------------
 
     def on_restart(self, node: int) -> None:
         """A node restarts: its replicas replay, so apply order starts over."""
-        for group in range(self.group_count):
-            self._last_applied[(node, group)] = None
-            seen = self._seen.get((node, group))
-            if seen is not None:
+        for key in self._last_applied:
+            if key[0] == node:
+                self._last_applied[key] = None
+        for key, seen in self._seen.items():
+            if key[0] == node:
                 seen.incarnation_views = (0, 0, 0, 0)
 
     def on_restore(self, node: int, group: int) -> None:
@@ -143,12 +167,11 @@ class Checkers:
             )
         self._last_applied[(node, group)] = op
         header = prepare.header
-        known = self.committed[group].get(op)
+        committed = self.committed.setdefault(group, {})
+        known = committed.get(op)
         if known is None:
-            self.committed[group][op] = Committed(
-                prepare.checksum, header.client_id, header.request, reply
-            )
-            self._prepares[group][op] = (prepare, reply)
+            committed[op] = Committed(prepare.checksum, header.client_id, header.request, reply)
+            self._prepares.setdefault(group, {})[op] = (prepare, reply)
             self._feed_model(group)
             return
         if known.checksum != prepare.checksum:
@@ -168,13 +191,14 @@ class Checkers:
 
     def _feed_model(self, group: int) -> None:
         pending = self._prepares[group]
-        while (self.modelled[group] + 1) in pending:
-            op = self.modelled[group] + 1
+        while (self.modelled.get(group, 0) + 1) in pending:
+            op = self.modelled.get(group, 0) + 1
             prepare, reply = pending.pop(op)
             if group == METADATA_GROUP:
                 problem = self.metadata_model.apply(prepare, reply)
+                self._hosting[op] = self.metadata_model.partition_groups()
             else:
-                problem = self.partition_models[group - 1].apply(prepare, reply)
+                problem = self.partition_model(group).apply(prepare, reply)
             if problem is not None:
                 raise CheckFailed("correctness", "model", f"group {group} op {op}: {problem}")
             self.modelled[group] = op
@@ -216,6 +240,62 @@ class Checkers:
         seen.durable_view = durable.view
         seen.durable_log_view = durable.log_view
 
+    def on_hosted(
+        self, node: int, metadata_op: int, groups: tuple[int, ...], removed: Container[int]
+    ) -> None:
+        """``node`` reconciled its partition groups after applying metadata op
+        ``metadata_op``: it must host exactly the partitions the committed metadata names
+        at that op, no group of a deleted partition, none missing, but those it removed
+        before (a restart put its metadata behind the removal)."""
+        expected = self._hosting.get(metadata_op)
+        if expected is None:
+            raise CheckFailed(
+                "correctness",
+                "hosting",
+                f"node {node} reconciled at metadata op {metadata_op}, which the model has "
+                f"not applied (it is at {self.modelled.get(METADATA_GROUP, 0)})",
+            )
+        hosted = tuple(sorted(groups))
+        expected = tuple(group for group in expected if group not in removed)
+        if hosted != expected:
+            extra = [group for group in hosted if group not in expected]
+            missing = [group for group in expected if group not in hosted]
+            raise CheckFailed(
+                "correctness",
+                "hosting",
+                f"node {node} at metadata op {metadata_op} hosts {len(hosted)} partition "
+                f"groups: {len(extra)} of deleted or unknown partitions {extra}, "
+                f"{len(missing)} missing {missing}",
+            )
+
+    def on_assignments(
+        self, node: int, metadata_op: int, groups: tuple[ConsumerGroupInfo, ...]
+    ) -> None:
+        """The workload topic's consumer groups at ``node`` after metadata op
+        ``metadata_op``: no partition has two owners, and every node sees one assignment
+        per generation."""
+        for group in groups:
+            owned = [p for member in group.members for p in member.partitions]
+            if len(owned) != len(set(owned)):
+                raise CheckFailed(
+                    "correctness",
+                    "ownership",
+                    f"node {node} at metadata op {metadata_op}: consumer group {group.id} "
+                    f"generation {group.generation} gives a partition to two members: "
+                    f"{[(m.member_id, m.partitions) for m in group.members]}",
+                )
+            assignment = tuple((m.member_id, m.partitions) for m in group.members)
+            key = (group.id, group.generation)
+            first = self._assignments.setdefault(key, assignment)
+            if first != assignment:
+                raise CheckFailed(
+                    "correctness",
+                    "ownership",
+                    f"node {node} at metadata op {metadata_op}: consumer group {group.id} "
+                    f"generation {group.generation} is {assignment}, another node had "
+                    f"{first}",
+                )
+
     # Client reporter ---------------------------------------------------------------------
 
     def on_abandoned(self, client: Client, pending: Pending) -> None:
@@ -226,8 +306,8 @@ class Checkers:
         if pending.kind in READS:
             self._check_poll(client, pending, reply)
             return
-        group = pending.group
-        known = self.committed[group].get(reply.op)
+        group = reply.group
+        known = self.committed.get(group, {}).get(reply.op)
         if known is None:
             raise CheckFailed(
                 "correctness",
@@ -253,13 +333,14 @@ class Checkers:
             confirmation = wire.SendMessagesReply.decode(reply.body).confirmations[0]
             ack = Ack(
                 client.index,
+                group,
                 pending.partition,
                 reply.op,
                 confirmation.base_offset,
                 pending.message_ids,
             )
             for earlier in reversed(self.acks):
-                if earlier.client == ack.client and earlier.partition == ack.partition:
+                if earlier.client == ack.client and earlier.group == ack.group:
                     if earlier.base_offset >= ack.base_offset:
                         raise CheckFailed(
                             "correctness",
@@ -273,7 +354,7 @@ class Checkers:
             self._check_ack(ack)
 
     def _check_ack(self, ack: Ack) -> None:
-        model = self.partition_models[ack.partition]
+        model = self.partition_model(ack.group)
         for index, message_id in enumerate(ack.message_ids):
             offset = model.offset_of.get(message_id)
             if offset != ack.base_offset + index:
@@ -285,13 +366,28 @@ class Checkers:
                 )
 
     def _check_poll(self, client: Client, pending: Pending, reply: ClientReply) -> None:
+        if pending.kind is Kind.POLL_DELETED:
+            self._check_deleted_poll(client, pending, reply)
+            return
         try:
             polled = wire.PollMessagesReply.decode(reply.body)
         except wire.ProtocolError as error:
             raise CheckFailed("correctness", "poll", f"malformed poll reply: {error}") from None
-        model = self.partition_models[pending.partition]
+        model = self.partition_model(reply.group)
         self.polls_checked += 1
         messages = polled.messages()
+        if polled.partition_id != pending.partition:
+            if not (pending.as_member and polled.partition_id == POLL_RESYNC_PARTITION):
+                raise CheckFailed(
+                    "correctness",
+                    "poll",
+                    f"client {client.index} polled partition {pending.partition} and got "
+                    f"a reply for partition {polled.partition_id}",
+                )
+            if messages:
+                raise CheckFailed("correctness", "poll", "a resync reply carries messages")
+            self.resyncs += 1
+            return
         start = pending.position
         if messages and messages[0].offset != start:
             first = messages[0].offset
@@ -355,17 +451,39 @@ class Checkers:
                 f"{len(pending.message_ids)} messages there, and got {len(ids)}",
             )
 
+    def _check_deleted_poll(self, client: Client, pending: Pending, reply: ClientReply) -> None:
+        if (pending.replied_by, reply.incarnation) != pending.via:
+            return  # another connection: it may still see the topic
+        self.deleted_polls_checked += 1
+        if reply.status != ErrorCode.TOPIC_ID_NOT_FOUND:
+            raise CheckFailed(
+                "correctness",
+                "deleted",
+                f"client {client.index} polled topic {pending.topic} on node "
+                f"{pending.replied_by}, which told it the topic was deleted, and got status "
+                f"{reply.status} ({len(reply.body)} bytes), not topic-not-found",
+            )
+
     # End of run --------------------------------------------------------------------------
 
-    def check_final(self, replicas: list[list[Replica]]) -> None:
-        """After healing: acknowledged sends are all there, every replica holds every
-        committed op. ``replicas[node][group]``."""
+    def check_final(self, replicas: list[dict[int, Replica]]) -> None:
+        """After healing: acknowledged sends are all there, every replica of every group
+        that still exists holds every committed op. ``replicas[node][group]``."""
         for ack in self.acks:
             self._check_ack(ack)
-        for group in range(self.group_count):
-            committed_max = max(self.committed[group], default=0)
+        existing = self._hosting[self.modelled.get(METADATA_GROUP, 0)]
+        for group, committed in self.committed.items():
+            if group != METADATA_GROUP and group not in existing:
+                continue  # its partition was deleted: no node keeps it
+            committed_max = max(committed, default=0)
             for node, hosted in enumerate(replicas):
-                replica = hosted[group]
+                replica = hosted.get(group)
+                if replica is None:
+                    raise CheckFailed(
+                        "correctness",
+                        "hosting",
+                        f"group {group} is not hosted on node {node} at the end",
+                    )
                 if replica.status is not Status.NORMAL or replica.commit_min < committed_max:
                     raise CheckFailed(
                         "correctness",
@@ -375,4 +493,4 @@ class Checkers:
                     )
 
     def committed_ops(self) -> int:
-        return sum(len(ops) for ops in self.committed)
+        return sum(len(ops) for ops in self.committed.values())

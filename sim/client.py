@@ -27,8 +27,9 @@ Theory of operation: each client is a little state machine ticked by the world. 
 ``CreateRootUser``) and creates the workload's stream, topic and consumer group. Every
 client then logs in (``LOGIN_REGISTER``) and runs its script: producers send batches of
 uniquely identified messages to chosen partitions; consumers poll partitions from their
-own position, store consumer offsets and join the consumer group; every client may
-create a few streams of its own. In the healed phase no new operation starts.
+own position, store consumer offsets, join and now and then leave the consumer group
+(polling as its member half the time while joined); every client may create a few
+streams of its own. In the healed phase no new operation starts.
 """
 
 from __future__ import annotations
@@ -39,14 +40,13 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from broker.core.identity import request_checksum
-from broker.core.reconcile import METADATA_GROUP
 from broker.state.codec import encode_command
 from broker.state.credentials import hash_password
 from broker.state.metadata import CreateRootUser, Register
 from sdk import wire
-from sdk.wire.codes import CommandCode
+from sdk.wire.codes import CommandCode, IggyErrorCode, Operation
 from sim.network import ClientReply, ClientRequest
-from sim.node import SYSTEM_CODE
+from sim.node import STREAM_ID, SYSTEM_CODE, TOPIC_ID
 from sim.options import Options
 
 ROOT_USERNAME: Final = "iggy"
@@ -54,13 +54,12 @@ ROOT_PASSWORD: Final = "iggy-sim-password"
 STREAM_NAME: Final = "sim"
 TOPIC_NAME: Final = "events"
 GROUP_NAME: Final = "readers"
+METADATA_ROUTE: Final = (-1, 0)
+"""``Pending.route`` of a metadata request."""
 THINK_TICKS_MAX: Final = 20
 POLL_COUNT_MAX: Final = 8
 #: Ticks to wait after an admission error before retrying (the node may be lagging).
 BACKOFF_TICKS: Final = 15
-#: The share of writes sent to a node drawn at random rather than to the known primary,
-#: as a client behind a load balancer sends them: a backup forwards them.
-ANY_NODE_WRITES: Final = 0.2
 
 
 class Kind(enum.Enum):
@@ -73,14 +72,29 @@ class Kind(enum.Enum):
     CREATE_TOPIC = "create_topic"
     CREATE_GROUP = "create_group"
     JOIN_GROUP = "join_group"
+    LEAVE_GROUP = "leave_group"
     SEND = "send"
     POLL = "poll"
     READ_BACK = "read_back"
+    POLL_DELETED = "poll_deleted"
     STORE_OFFSET = "store_offset"
+    CREATE_CHURN_TOPIC = "create_churn_topic"
+    CREATE_PARTITION = "create_partition"
+    DELETE_PARTITION = "delete_partition"
+    DELETE_TOPIC = "delete_topic"
 
 
 #: Kinds answered from committed local state, not through consensus.
-READS: Final = (Kind.POLL, Kind.READ_BACK)
+READS: Final = (Kind.POLL, Kind.READ_BACK, Kind.POLL_DELETED)
+#: The operator's topic churn (with its sends to the churned topic's partitions).
+CHURN: Final = (
+    Kind.CREATE_CHURN_TOPIC,
+    Kind.CREATE_PARTITION,
+    Kind.DELETE_PARTITION,
+    Kind.DELETE_TOPIC,
+    Kind.POLL_DELETED,
+)
+TRANSIENT: Final = int(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
 
 
 @dataclass(slots=True)
@@ -88,7 +102,9 @@ class Pending:
     """The one outstanding request of a client."""
 
     kind: Kind
-    group: int
+    #: Where the client routes it: ``METADATA_ROUTE``, or (topic id, partition id) in
+    #: the workload's stream. The client's own key; it does not know group ids.
+    route: tuple[int, int]
     request: ClientRequest
     sent_tick: int
     #: Send: the partition and the message ids; poll: the partition and the position.
@@ -102,8 +118,13 @@ class Pending:
     retry_tick: int = 0
     #: The node whose reply completed the request.
     replied_by: int = -1
-    #: Read-back: the connection (node, incarnation) that acknowledged the send it reads.
+    #: Read-back: the connection (node, incarnation) that acknowledged the send it reads;
+    #: poll of a deleted topic: the one that acknowledged the deletion.
     via: tuple[int, int] = (-1, -1)
+    #: The topic id of a partition request (the workload topic's, or a churned one's).
+    topic: int = TOPIC_ID
+    #: Poll: as a member of the consumer group (the node may tell it to resync).
+    as_member: bool = False
     #: The request's identity digest, as the node computes it (``broker.core.identity``);
     #: empty for logins and system requests, whose digests name what the node resolved.
     checksum: bytes = b""
@@ -152,8 +173,15 @@ class Client:
     #: acknowledged it, the partition, its base offset and message ids.
     read_back_due: tuple[tuple[int, int], int, int, tuple[int, ...]] | None = None
     joined: bool = False
+    #: The operator's topic churn: how many topics it still creates and deletes, the
+    #: step it is at, and the topic of the current round (its id, once created).
+    churns_left: int = 0
+    churn_step: int = 0
+    churn_round: int = 0
+    churn_topic: int = -1
+    churn_via: tuple[int, int] = (-1, -1)
     #: Which node answered a replicated request of each group last: the likely primary.
-    primary_hint: dict[int, int] = field(default_factory=dict)
+    primary_hint: dict[tuple[int, int], int] = field(default_factory=dict)
     outbox: list[tuple[int, ClientRequest]] = field(default_factory=list)
     completed: int = 0
     abandoned: int = 0
@@ -162,6 +190,7 @@ class Client:
         self.streams_wanted = self.prng.randint(0, self.options.workload.streams_per_client_max)
         if self.role is Role.OPERATOR:
             self.step = 0
+            self.churns_left = self.options.workload.topic_churns
         else:
             self.step = 3  # everyone but the operator starts with a login
 
@@ -202,7 +231,7 @@ class Client:
         if self.step == 3:
             login = wire.LoginRegister(ROOT_USERNAME, ROOT_PASSWORD).encode()
             return Pending(
-                Kind.LOGIN, METADATA_GROUP, self._request(CommandCode.LOGIN_REGISTER, login), 0
+                Kind.LOGIN, METADATA_ROUTE, self._request(CommandCode.LOGIN_REGISTER, login), 0
             )
         if self.role is Role.OPERATOR and self.step < 7:
             return self._setup()
@@ -214,7 +243,7 @@ class Client:
             payload = wire.CreateStream(name).encode()
             return Pending(
                 Kind.CREATE_STREAM,
-                METADATA_GROUP,
+                METADATA_ROUTE,
                 self._request(CommandCode.CREATE_STREAM, payload),
                 0,
                 name=name,
@@ -227,6 +256,8 @@ class Client:
             return self._send()
         if self.role is Role.CONSUMER:
             return self._consume()
+        if self.churns_left > 0:
+            return self._churn()
         return None
 
     def _bootstrap(self) -> Pending:
@@ -237,7 +268,7 @@ class Client:
             payload = operation.to_bytes(4, "little") + body
             return Pending(
                 Kind.SYSTEM_REGISTER,
-                METADATA_GROUP,
+                METADATA_ROUTE,
                 self._request(SYSTEM_CODE, payload, session=0),
                 0,
             )
@@ -247,7 +278,7 @@ class Client:
         operation, body = encode_command(CreateRootUser(ROOT_USERNAME, password))
         payload = operation.to_bytes(4, "little") + body
         self.step = 2  # the register's reply moved us to 1; creation is step 2
-        return Pending(Kind.CREATE_ROOT, METADATA_GROUP, self._request(SYSTEM_CODE, payload), 0)
+        return Pending(Kind.CREATE_ROOT, METADATA_ROUTE, self._request(SYSTEM_CODE, payload), 0)
 
     def _setup(self) -> Pending:
         stream_id = wire.Identifier.numeric(0)
@@ -256,7 +287,7 @@ class Client:
             payload = wire.CreateStream(STREAM_NAME).encode()
             return Pending(
                 Kind.CREATE_STREAM,
-                METADATA_GROUP,
+                METADATA_ROUTE,
                 self._request(CommandCode.CREATE_STREAM, payload),
                 0,
                 name=STREAM_NAME,
@@ -269,7 +300,7 @@ class Client:
             ).encode()
             return Pending(
                 Kind.CREATE_TOPIC,
-                METADATA_GROUP,
+                METADATA_ROUTE,
                 self._request(CommandCode.CREATE_TOPIC, payload),
                 0,
                 name=TOPIC_NAME,
@@ -278,14 +309,17 @@ class Client:
         payload = wire.CreateConsumerGroup(stream_id, topic_id, GROUP_NAME).encode()
         return Pending(
             Kind.CREATE_GROUP,
-            METADATA_GROUP,
+            METADATA_ROUTE,
             self._request(CommandCode.CREATE_CONSUMER_GROUP, payload),
             0,
             name=GROUP_NAME,
         )
 
     def _send(self) -> Pending:
-        partition = self.prng.randrange(self.options.partition_count)
+        return self._batch(TOPIC_ID, self.prng.randrange(self.options.partition_count))
+
+    def _batch(self, topic: int, partition: int) -> Pending:
+        """A send of uniquely identified messages to ``partition`` of ``topic``."""
         count = self.prng.randint(1, self.options.workload.messages_per_batch_max)
         messages = []
         ids = []
@@ -296,19 +330,82 @@ class Client:
             payload = f"c{self.index}-m{self.message_seq}".encode()
             messages.append(wire.OutgoingMessage(message_id, payload))
         body = wire.build_send_messages(
-            wire.Identifier.numeric(0),
-            wire.Identifier.numeric(0),
+            wire.Identifier.numeric(STREAM_ID),
+            wire.Identifier.numeric(topic),
             wire.PartitionId(partition),
             messages,
         )
         return Pending(
             Kind.SEND,
-            1 + partition,
+            (topic, partition),
             self._request(CommandCode.SEND_MESSAGES, bytes(body)),
             0,
             partition=partition,
             message_ids=tuple(ids),
+            topic=topic,
         )
+
+    def _churn(self) -> Pending:
+        """The operator's topic churn, while producers and consumers go on: create a
+        topic of one partition, send to it, add a partition and send to that, delete the
+        partition, delete the topic, then poll it on the connection that acknowledged the
+        deletion (it must be gone). Every node hosts the topic's groups in between."""
+        stream = wire.Identifier.numeric(STREAM_ID)
+        topic = wire.Identifier.numeric(self.churn_topic)
+        step = self.churn_step
+        if step == 0:
+            name = f"churn-{self.churn_round}"
+            durability = "persisted" if self.options.persisted else "replicated"
+            option = wire.OptionEntry.of("durability", durability, wire.HeaderKind.STRING)
+            payload = wire.CreateTopic(stream, 1, name, (option,)).encode()
+            request = self._request(CommandCode.CREATE_TOPIC, payload)
+            return Pending(Kind.CREATE_CHURN_TOPIC, METADATA_ROUTE, request, 0, name=name)
+        if step in (1, 3):
+            return self._batch(self.churn_topic, step // 2)
+        if step == 2:
+            payload = wire.PartitionsChange(stream, topic, 1).encode()
+            request = self._request(CommandCode.CREATE_PARTITIONS, payload)
+            return Pending(Kind.CREATE_PARTITION, METADATA_ROUTE, request, 0)
+        if step == 4:
+            payload = wire.PartitionsChange(stream, topic, 1).encode()
+            request = self._request(CommandCode.DELETE_PARTITIONS, payload)
+            return Pending(Kind.DELETE_PARTITION, METADATA_ROUTE, request, 0)
+        if step == 5:
+            payload = wire.TopicRef(stream, topic).encode()
+            request = self._request(CommandCode.DELETE_TOPIC, payload)
+            return Pending(Kind.DELETE_TOPIC, METADATA_ROUTE, request, 0)
+        assert step == 6
+        consumer = wire.Consumer(wire.ConsumerKind.CONSUMER, wire.Identifier.numeric(self.index))
+        poll = wire.PollMessages(
+            consumer, stream, topic, 0, wire.PollingStrategy.offset(0), POLL_COUNT_MAX, False
+        ).encode()
+        return Pending(
+            Kind.POLL_DELETED,
+            (self.churn_topic, 0),
+            self._request(CommandCode.POLL_MESSAGES, poll),
+            0,
+            via=self.churn_via,
+            topic=self.churn_topic,
+        )
+
+    def _churn_next(self, pending: Pending, reply: ClientReply) -> None:
+        """Move the churn on after its request was answered (by the state machine)."""
+        ok = reply.body[:4] == wire.RESULT_OK[:4]
+        step = self.churn_step
+        if step == 0 and ok:
+            details = wire.TopicDetails.decode(
+                wire.split_result(Operation.CREATE_TOPIC, reply.body)
+            )
+            self.churn_topic = details.topic.id
+        if step == 5:
+            self.churn_via = (pending.replied_by, reply.incarnation)
+        if (step == 0 and not ok) or step == 6:
+            # A name taken (a create abandoned with its session, then applied): next round.
+            self.churns_left -= 1
+            self.churn_round += 1
+            self.churn_step = 0
+            return
+        self.churn_step = step + 1
 
     def _read_back(self) -> Pending:
         """Poll the batch the last acknowledged send wrote, on the connection that
@@ -328,7 +425,7 @@ class Client:
         ).encode()
         return Pending(
             Kind.READ_BACK,
-            1 + partition,
+            (TOPIC_ID, partition),
             self._request(CommandCode.POLL_MESSAGES, poll),
             0,
             partition=partition,
@@ -348,8 +445,18 @@ class Client:
             payload = wire.GroupRef(stream_id, topic_id, wire.Identifier.numeric(0)).encode()
             return Pending(
                 Kind.JOIN_GROUP,
-                METADATA_GROUP,
+                METADATA_ROUTE,
                 self._request(CommandCode.JOIN_CONSUMER_GROUP, payload),
+                0,
+                name=GROUP_NAME,
+            )
+        if self.joined and roll < 0.04:
+            # Leave now and then, so the group rebalances while its members poll.
+            payload = wire.GroupRef(stream_id, topic_id, wire.Identifier.numeric(0)).encode()
+            return Pending(
+                Kind.LEAVE_GROUP,
+                METADATA_ROUTE,
+                self._request(CommandCode.LEAVE_CONSUMER_GROUP, payload),
                 0,
                 name=GROUP_NAME,
             )
@@ -360,12 +467,17 @@ class Client:
             ).encode()
             return Pending(
                 Kind.STORE_OFFSET,
-                1 + partition,
+                (TOPIC_ID, partition),
                 self._request(CommandCode.STORE_CONSUMER_OFFSET, store),
                 0,
                 partition=partition,
                 offset=offset,
             )
+        as_member = self.joined and self.prng.random() < 0.5
+        if as_member:
+            # The partition may be another member's in this generation: the node then
+            # answers with a resync (no messages), as Iggy's server does.
+            consumer = wire.Consumer(wire.ConsumerKind.CONSUMER_GROUP, wire.Identifier.numeric(0))
         poll = wire.PollMessages(
             consumer,
             stream_id,
@@ -377,11 +489,12 @@ class Client:
         ).encode()
         return Pending(
             Kind.POLL,
-            1 + partition,
+            (TOPIC_ID, partition),
             self._request(CommandCode.POLL_MESSAGES, poll),
             0,
             partition=partition,
             position=position,
+            as_member=as_member,
         )
 
     # Transmission and replies ------------------------------------------------------------
@@ -398,10 +511,13 @@ class Client:
             # On the connection that acknowledged the send (a new one if it restarted).
             self.outbox.append((pending.via[0], pending.request))
             return
-        hint = self.primary_hint.get(pending.group)
+        hint = self.primary_hint.get(pending.route)
         if hint is None or pending.kind in READS:
-            hint = (pending.group if hint is None else self.prng.randrange(nodes)) % nodes
-        elif self.prng.random() < ANY_NODE_WRITES:
+            # A first guess: the primary of view 0 of the first groups.
+            topic, partition = pending.route
+            guess = 0 if topic < 0 else 1 + partition
+            hint = (guess if hint is None else self.prng.randrange(nodes)) % nodes
+        elif self.prng.random() < self.options.workload.any_node_writes:
             hint = self.prng.randrange(nodes)  # a backup forwards it to the primary
         self.outbox.append((hint, pending.request))
 
@@ -418,6 +534,8 @@ class Client:
             self.reporter.on_abandoned(self, pending)
             self.abandoned += 1
             self.pending = None
+            if pending.kind in CHURN or pending.topic != TOPIC_ID:
+                self.churns_left = 0  # where the churn stood is unknown: it ends here
             # Before the root user exists only a system session works: open a new one,
             # as the runtime's system client does when its session is lost.
             self.step = 0 if self.role is Role.OPERATOR and self.step < 3 else 3
@@ -427,16 +545,17 @@ class Client:
             # request again after a pause, so it is never applied twice, to the primary
             # the refusal names, as the SDK routes again.
             if reply.primary >= 0:
-                self.primary_hint[pending.group] = reply.primary
+                self.primary_hint[pending.route] = reply.primary
             pending.retry_tick = tick + BACKOFF_TICKS
             return
-        if pending.kind in READS and reply.status != 0:
+        gone = pending.kind is Kind.POLL_DELETED and reply.status != TRANSIENT
+        if pending.kind in READS and reply.status != 0 and not gone:
             pending.retry_tick = tick + BACKOFF_TICKS
             return
         if pending.kind not in READS:
             # The primary the reply names: not the node that answered when a backup
             # forwarded the write.
-            self.primary_hint[pending.group] = reply.primary if reply.primary >= 0 else node
+            self.primary_hint[pending.route] = reply.primary if reply.primary >= 0 else node
         pending.replied_by = node
         self.reporter.on_reply(self, pending, reply)
         self._advance(tick, pending, reply)
@@ -469,6 +588,11 @@ class Client:
             self.step = 7
         elif kind is Kind.JOIN_GROUP:
             self.joined = True
+        elif kind is Kind.LEAVE_GROUP:
+            # Left, or not a member any more (its session ended since it joined).
+            self.joined = False
+        elif kind in CHURN or (kind is Kind.SEND and pending.topic != TOPIC_ID):
+            self._churn_next(pending, reply)
         elif kind is Kind.SEND:
             self.batches_sent += 1
             share = self.options.workload.read_back_share

@@ -200,7 +200,7 @@ class Faults:
             return
         if prng.random() >= faults.partition:
             return
-        mode = prng.choice(("isolate", "isolate-primary", "split", "asymmetric"))
+        mode = prng.choice(faults.partition_modes)
         order = list(range(count))
         prng.shuffle(order)
         if mode == "isolate-primary":
@@ -210,7 +210,7 @@ class Faults:
             if leader is not None:
                 order.remove(leader)
                 order.insert(0, leader)
-                if prng.random() < 0.5:
+                if prng.random() < faults.flip:
                     self._flip_from = leader
         size = 1 if mode.startswith("isolate") else prng.randint(1, count - 1)
         side_a, side_b = order[:size], order[size:]
@@ -227,10 +227,13 @@ class Faults:
 
     def _leader(self) -> int | None:
         """The live node whose replica of the first partition group leads its view."""
-        group = min(1, len(self.nodes[0].groups) - 1)
         for node in self.nodes:
-            replica = node.groups[group].replica
-            if node.alive and replica.is_primary and replica.status.value == "normal":
+            group = node.workload_group()
+            host = None if group is None else node.groups.get(group)
+            if host is None or not node.alive:
+                continue
+            replica = host.replica
+            if replica.is_primary and replica.status.value == "normal":
                 return node.index
         return None
 
@@ -254,8 +257,8 @@ class Faults:
                 continue
             if not self._within_budget(damaged=node.index):
                 continue
-            group = prng.randrange(len(node.groups))
-            where = node.groups[group].disk.corrupt_record(prng)
+            group, disk = list(node.disks.items())[prng.randrange(len(node.disks))]
+            where = disk.corrupt_record(prng)
             if where is not None:
                 self.damaged[node.index] = True
                 self.log.corruptions += 1

@@ -13,7 +13,8 @@ Invariants:
 2. Models never draw randomness and never look at replicas: only the committed prepare.
 
 Theory of operation: the metadata model keeps names and id counters of streams, topics
-and consumer groups and the users that exist; the partition model keeps the list of
+and consumer groups, the op that created each partition (so the partition groups every
+node must host) and the users that exist; the partition model keeps the list of
 message ids by offset (so it also proves offsets dense and ids unique: Jepsen's
 inconsistent-offsets and duplicate) and answers consumer-offset stores.
 """
@@ -24,18 +25,26 @@ from dataclasses import dataclass, field
 
 import cbor2
 
+from broker.core.reconcile import partition_group_id
 from broker.state.codec import InternalOperation, decode_command
+from broker.state.errors import ErrorCode
 from broker.state.metadata import (
     CreateConsumerGroup,
+    CreatePartitions,
     CreateRootUser,
     CreateStream,
     CreateTopic,
+    DeletePartitions,
+    DeleteTopic,
     JoinConsumerGroup,
+    LeaveConsumerGroup,
     Register,
 )
 from consensus.messages import Prepare
 from sdk import wire
 from sdk.wire.codes import Operation
+
+_MEMBER_NOT_FOUND = int(ErrorCode.CONSUMER_GROUP_MEMBER_NOT_FOUND)
 
 
 def _ok(reply: bytes) -> bool:
@@ -46,7 +55,8 @@ def _ok(reply: bytes) -> bool:
 class _Topic:
     id: int
     name: str
-    partitions_count: int
+    #: The op that created each partition, by partition id.
+    partitions: list[int]
     groups: dict[str, int] = field(default_factory=dict)
     group_next: int = 0
 
@@ -66,6 +76,20 @@ class MetadataModel:
         self.users: dict[str, int] = {}
         self.streams: dict[str, _Stream] = {}
         self.stream_next = 0
+        self.topics_created = 0
+        self.topics_deleted = 0
+
+    def partition_groups(self) -> tuple[int, ...]:
+        """The group id of every partition that exists, ascending: what every node must
+        host once it applied the ops fed so far."""
+        return tuple(
+            sorted(
+                partition_group_id(stream.id, topic.id, partition, created_op)
+                for stream in self.streams.values()
+                for topic in stream.topics.values()
+                for partition, created_op in enumerate(topic.partitions)
+            )
+        )
 
     def _stream(self, ident: int | str) -> _Stream | None:
         for stream in self.streams.values():
@@ -115,13 +139,35 @@ class MetadataModel:
             expect_ok = found is not None and command.name not in found.topics
             problem = _expect(expect_ok, reply, f"create topic {command.name!r}")
             if problem is None and found is not None and expect_ok:
-                topic = _Topic(found.topic_next, command.name, command.partitions_count)
+                partitions = [header.op] * command.partitions_count
+                topic = _Topic(found.topic_next, command.name, partitions)
                 found.topics[command.name] = topic
                 found.topic_next += 1
+                self.topics_created += 1
                 details = wire.TopicDetails.decode(wire.split_result(Operation.CREATE_TOPIC, reply))
                 got = (details.topic.id, details.topic.partitions_count)
-                if got != (topic.id, topic.partitions_count):
-                    return f"topic created as {got}, model says {topic.id, topic.partitions_count}"
+                if got != (topic.id, len(partitions)):
+                    return f"topic created as {got}, model says {topic.id, len(partitions)}"
+            return problem
+        if isinstance(command, DeleteTopic):
+            owner = self._stream(command.stream)
+            parent = self._topic(owner, command.topic) if owner is not None else None
+            problem = _expect(parent is not None, reply, f"delete topic {command.topic!r}")
+            if problem is None and owner is not None and parent is not None:
+                del owner.topics[parent.name]
+                self.topics_deleted += 1
+            return problem
+        if isinstance(command, CreatePartitions | DeletePartitions):
+            owner = self._stream(command.stream)
+            parent = self._topic(owner, command.topic) if owner is not None else None
+            creates = isinstance(command, CreatePartitions)
+            expect_ok = parent is not None and (creates or command.count <= len(parent.partitions))
+            problem = _expect(expect_ok, reply, f"{type(command).__name__} {command.count}")
+            if problem is None and parent is not None and expect_ok:
+                if creates:
+                    parent.partitions.extend([header.op] * command.count)
+                else:
+                    del parent.partitions[len(parent.partitions) - command.count :]
             return problem
         if isinstance(command, CreateConsumerGroup):
             owner = self._stream(command.stream)
@@ -137,6 +183,17 @@ class MetadataModel:
             parent = self._topic(owner, command.topic) if owner is not None else None
             expect_ok = parent is not None and command.group in parent.groups.values()
             return _expect(expect_ok, reply, "join consumer group")
+        if isinstance(command, LeaveConsumerGroup):
+            owner = self._stream(command.stream)
+            parent = self._topic(owner, command.topic) if owner is not None else None
+            if parent is None or command.group not in parent.groups.values():
+                return _expect(False, reply, "leave consumer group")
+            # A member leaves (OK), or a session that is no member any more (its earlier
+            # leave committed, or its session ended and took the membership with it) is
+            # told so. The model does not follow sessions, so either answer may be right.
+            if _ok(reply) or reply == wire.result_rejected(_MEMBER_NOT_FOUND):
+                return None
+            return f"leave consumer group answered {reply[:12]!r}"
         if header.operation in tuple(int(op) for op in InternalOperation):
             return None
         return f"the model does not know operation {header.operation}"

@@ -92,6 +92,9 @@ class ClientReply:
     #: connection, and what the node remembers of a connection (what it was told) is gone
     #: with a restart. Observed for the checkers; a real client sees its socket close.
     incarnation: int = 0
+    #: The consensus group the reply is of: the group whose op ``op`` is, or the
+    #: partition group that served a poll. Observed for the checkers.
+    group: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,18 +26,23 @@ Invariants:
    it to the node of the view's primary and answers it with that node's outcome
    (``broker.core.forwarding``), or with 59 once its submitter's deadline passed.
 
-Theory of operation: group 0 is the metadata group; group ``1 + p`` is partition ``p`` of
-stream 0, topic 0, which the workload's operator creates first. Partition groups exist on
-every node from the start, as if the runtime had already reconciled them with the
-metadata; until the topic exists admission refuses sends with "topic not found", and the
-client retries. The node's clock is ``tick * TICK_US``; a primary makes it monotonic.
+Theory of operation: group 0 is the metadata group. After every step that applied
+metadata ops (or restored a snapshot), the node reconciles its partition groups with the
+applied metadata (``broker.core.reconcile``), as the runtime does: a partition that
+appeared gets its group (id ``partition_group_id``), opened over its disk, a fresh one
+or, after a restart, the one the node kept; a partition that went has its group stopped,
+its waiting requests refused with 58, its tombstone recorded (durable) and its disk
+deleted. A restart opens the metadata group first and the partition groups as its
+recovered state names them again, but never a tombstoned one (its metadata may be behind
+the removal). Frames and forwarded requests for a group the node does not host are
+dropped or refused. The node's clock is ``tick * TICK_US``; a primary makes it monotonic.
 """
 
 from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field, replace
 from typing import Final, Protocol
 
@@ -51,6 +56,7 @@ from broker.core.commands import (
     admit_metadata_write,
     admit_offset_write,
     admit_poll,
+    committed_retry,
     resync_reply,
 )
 from broker.core.connections import ConnectionContext
@@ -69,11 +75,11 @@ from broker.core.groups import (
 )
 from broker.core.identity import internal_checksum, register_checksum, request_checksum
 from broker.core.reads import readable
-from broker.core.reconcile import METADATA_GROUP
+from broker.core.reconcile import METADATA_GROUP, reconcile
 from broker.state.admission import authenticate
 from broker.state.codec import encode_command
 from broker.state.errors import ErrorCode, StateError
-from broker.state.metadata import MetadataState
+from broker.state.metadata import ConsumerGroupInfo, Durability, MetadataState, PartitionRef
 from broker.state.metadata_machine import MetadataMachine
 from broker.state.partition_machine import PartitionMachine
 from consensus.config import ReplicaConfig
@@ -115,6 +121,7 @@ REQUEST_TIMEOUT_TICKS: Final = REQUEST_TIMEOUT_US // TICK_US
 """How long a request waits for its group before it is told 58 or 59, as in production."""
 STREAM_ID: Final = 0
 TOPIC_ID: Final = 0
+"""The ids of the workload's stream and topic: the operator creates them first."""
 SYSTEM_CODE: Final = 0
 """``ClientRequest.code`` of a runtime-internal metadata command (bootstrap only)."""
 
@@ -130,6 +137,14 @@ class Observer(Protocol):
     def on_restore(self, node: int, group: int) -> None: ...
 
     def on_step(self, node: int, group: int, replica: Replica) -> None: ...
+
+    def on_hosted(
+        self, node: int, metadata_op: int, groups: tuple[int, ...], removed: Container[int]
+    ) -> None: ...
+
+    def on_assignments(
+        self, node: int, metadata_op: int, groups: tuple[ConsumerGroupInfo, ...]
+    ) -> None: ...
 
 
 StateMachine = MetadataMachine | PartitionMachine
@@ -225,24 +240,46 @@ class Node:
             Route.OFFSET_WRITE: self._offset_write,
             Route.POLL: self._poll,
         }
-        self.groups: list[GroupHost] = []
-        for group in range(1 + options.partition_count):
-            disk = Disk(
-                stream(options.seed, f"storage.{index}.{group}"),
-                log_is_data=group != METADATA_GROUP,
-            )
-            self.groups.append(self._host(group, disk, durable=None, checkpoint=None))
+        #: Every group's disk, by group id: what the node's data directory holds. A
+        #: group's disk outlives the process; it goes when the group is removed.
+        self.disks: dict[int, Disk] = {
+            METADATA_GROUP: Disk(stream(options.seed, f"storage.{index}.0"), log_is_data=False)
+        }
+        #: The groups the node hosts, by group id: the metadata group, then the partition
+        #: groups its committed metadata names, in the order they appeared.
+        self.groups: dict[int, GroupHost] = {}
+        #: The ref of every hosted partition group, and the group of every partition.
+        self._refs: dict[int, PartitionRef] = {}
+        self._by_partition: dict[tuple[int, int, int], int] = {}
+        #: What a restart read from the disks of partition groups not hosted yet: each is
+        #: opened with it once the metadata names its partition again.
+        self._recovered: dict[int, tuple[DurableState | None, bytes | None]] = {}
+        #: The metadata op the hosted groups were last reconciled with.
+        self._reconciled_op = 0
+        #: The groups this node removed, recorded before their disks went: durable, as
+        #: the runtime's tombstone files (``broker.core.reconcile``, invariant 4).
+        self.tombstones: set[int] = set()
+        disk = self.disks[METADATA_GROUP]
+        self.groups[METADATA_GROUP] = self._host(
+            METADATA_GROUP, disk, None, durable=None, checkpoint=None
+        )
 
     # Construction ------------------------------------------------------------------------
 
     def _host(
-        self, group: int, disk: Disk, *, durable: DurableState | None, checkpoint: bytes | None
+        self,
+        group: int,
+        disk: Disk,
+        ref: PartitionRef | None,
+        *,
+        durable: DurableState | None,
+        checkpoint: bytes | None,
     ) -> GroupHost:
         inner: StateMachine
-        if group == METADATA_GROUP:
+        if ref is None:
             inner = MetadataMachine()
         else:
-            inner = PartitionMachine(STREAM_ID, TOPIC_ID, group - 1, disk)
+            inner = PartitionMachine(ref.stream_id, ref.topic_id, ref.partition_id, disk)
         node = self.index
         machine = _Observed(
             inner,
@@ -250,7 +287,10 @@ class Node:
             lambda: self.observer.on_restore(node, group),
         )
         prng = stream(self.options.seed, f"replica.{node}.{group}.{self.incarnation}")
-        replica = self._make_replica(group, disk, machine, prng, durable, checkpoint)
+        # The metadata group is small and rarely written: it always acks synced ops. A
+        # partition group uses its topic's durability.
+        persisted = ref is None or ref.durability is Durability.PERSISTED
+        replica = self._make_replica(group, disk, machine, prng, durable, checkpoint, persisted)
         return GroupHost(group, disk, machine, replica)
 
     def _make_replica(
@@ -261,6 +301,7 @@ class Node:
         prng: random.Random,
         durable: DurableState | None,
         checkpoint: bytes | None,
+        persisted: bool,
     ) -> Replica:
         config: ReplicaConfig = self.options.replica
         if group != METADATA_GROUP:
@@ -273,7 +314,7 @@ class Node:
             disk,
             machine,
             prng,
-            persisted=self.persisted(group),
+            persisted=persisted,
             durable=durable,
             checkpoint=checkpoint,
             register_operation=Operation.REGISTER if group == METADATA_GROUP else None,
@@ -282,11 +323,6 @@ class Node:
             ),
             config=config,
         )
-
-    def persisted(self, group: int) -> bool:
-        # The metadata group is small and rarely written: it always acks synced ops. The
-        # partition groups use the durability the swarm chose for the topic.
-        return True if group == METADATA_GROUP else self.options.persisted
 
     # Crash and restart -------------------------------------------------------------------
 
@@ -297,24 +333,80 @@ class Node:
         self._waiting.clear()  # the connections that waited are gone with the process
         self.connections = {}
         self.forwards = Forwards()
-        for host in self.groups:
+        for host in self.groups.values():
             host.io = []
-            if power_loss:
-                host.disk.power_loss()
+        if power_loss:
+            for disk in self.disks.values():
+                disk.power_loss()
 
     def restart(self, tick: int) -> None:
+        """Start a new process over the disks: the metadata group first, then, as its
+        recovered state names them, the partition groups (``_reconcile``)."""
         assert not self.alive
         self.alive = True
         self.incarnation += 1
-        restarted: list[GroupHost] = []
-        for host in self.groups:
-            durable, checkpoint = host.disk.reopen()
-            new = self._host(host.group, host.disk, durable=durable, checkpoint=checkpoint)
-            restarted.append(new)
-        self.groups = restarted
-        for host in self.groups:
-            # The first step flushes the restart's own actions (truncation, RequestStartView).
-            self.step(tick, host, Ticked())
+        self._recovered = {group: disk.reopen() for group, disk in self.disks.items()}
+        durable, checkpoint = self._recovered.pop(METADATA_GROUP)
+        disk = self.disks[METADATA_GROUP]
+        metadata = self._host(METADATA_GROUP, disk, None, durable=durable, checkpoint=checkpoint)
+        self.groups = {METADATA_GROUP: metadata}
+        self._refs = {}
+        self._by_partition = {}
+        self._reconciled_op = -1  # reconcile after the first step, whatever it applied
+        # The first step flushes the restart's own actions (truncation, RequestStartView).
+        self.step(tick, metadata, Ticked())
+
+    # Hosting partition groups ------------------------------------------------------------
+
+    def _reconcile(self, tick: int) -> None:
+        """Host exactly the partitions the applied metadata names, as the runtime does
+        after every applied metadata op (``broker.core.reconcile``)."""
+        metadata = self.groups[METADATA_GROUP]
+        self._reconciled_op = metadata.replica.commit_min
+        refs = self.metadata_state().partition_refs()
+        change = reconcile(self._refs, refs, self.tombstones)
+        for group in change.remove:
+            self._remove_group(group)
+        for group, ref in change.add:
+            self._add_group(tick, group, ref)
+        self._refs.update(change.refs)
+        hosted = tuple(group for group in self.groups if group != METADATA_GROUP)
+        self.observer.on_hosted(self.index, self._reconciled_op, hosted, self.tombstones)
+        try:
+            groups = self.metadata_state().consumer_groups(STREAM_ID, TOPIC_ID)
+        except StateError:
+            groups = ()  # the workload's topic does not exist yet
+        self.observer.on_assignments(self.index, self._reconciled_op, groups)
+
+    def _add_group(self, tick: int, group: int, ref: PartitionRef) -> None:
+        disk = self.disks.get(group)
+        if disk is None:
+            disk = Disk(
+                stream(self.options.seed, f"storage.{self.index}.{group}"), log_is_data=True
+            )
+            self.disks[group] = disk
+            durable, checkpoint = None, None
+        else:
+            durable, checkpoint = self._recovered.pop(group)
+        host = self._host(group, disk, ref, durable=durable, checkpoint=checkpoint)
+        self.groups[group] = host
+        self._refs[group] = ref
+        self._by_partition[(ref.stream_id, ref.topic_id, ref.partition_id)] = group
+        self._step(tick, host, Ticked())  # flush what opening it did (truncation, ...)
+
+    def _remove_group(self, group: int) -> None:
+        """The partition is gone from the metadata: stop its group, answer what waited
+        for it, record its tombstone and delete its disk, as the runtime closes the group,
+        writes its tombstone and removes its directory."""
+        host = self.groups.pop(group)
+        ref = self._refs.pop(group)
+        key = (ref.stream_id, ref.topic_id, ref.partition_id)
+        if self._by_partition.get(key) == group:
+            del self._by_partition[key]
+        host.requests.refuse_all(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+        self.tombstones.add(group)
+        del self.disks[group]
+        self._recovered.pop(group, None)
 
     # Stepping ----------------------------------------------------------------------------
 
@@ -332,6 +424,8 @@ class Node:
         if not (replica.status is Status.NORMAL and replica.is_primary):
             host.requests.primary_lost()
         self.observer.on_step(self.index, host.group, replica)
+        if host.group == METADATA_GROUP and replica.commit_min != self._reconciled_op:
+            self._reconcile(tick)
 
     def _admit_queued(self, tick: int, host: GroupHost) -> None:
         """Carry out ``GroupRequests.take`` as the runtime's group host does: a backup
@@ -373,12 +467,16 @@ class Node:
     def on_forwarded(self, tick: int, source: int, forwarded: ForwardedRequest) -> None:
         """Submit a request another node forwarded as this node's own; its outcome goes
         back to that node under the same token (never forwarded again)."""
-        host = self.groups[forwarded.group]
+        host = self.groups.get(forwarded.group)
         token = forwarded.token
 
         def deliver(outcome: Outcome) -> None:
             self.outbox.append((source, ForwardedOutcome(token, outcome)))
 
+        if host is None:
+            # Not created here yet, or removed already: the client asks again.
+            deliver(Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
+            return
         submission = Submission(
             forwarded.client_id,
             forwarded.session,
@@ -401,13 +499,16 @@ class Node:
     def tick(self, tick: int) -> None:
         self._expire_waiting(tick)
         if not self.options.lazy_ticks:
-            for host in self.groups:
-                self.step(tick, host, Ticked())
+            for host in self._hosts():
+                if self.groups.get(host.group) is host:
+                    self.step(tick, host, Ticked())
             return
         # As the runtime does: step a replica only on the tick a timeout with something
         # to do fires; the ticks before it are owed and paid in one Ticked(count), first
         # thing. (No cap on what is owed here: a lone replica may owe a whole run.)
-        for host in self.groups:
+        for host in self._hosts():
+            if self.groups.get(host.group) is not host:
+                continue  # removed by a metadata op this tick applied
             host.ticks_owed += 1
             if host.ticks_owed >= host.replica.ticks_until_due():
                 self._pay_ticks(tick, host)
@@ -431,10 +532,15 @@ class Node:
             host.ticks_owed -= count
             self._step(tick, host, Ticked(count))
 
+    def _hosts(self) -> list[GroupHost]:
+        """The hosted groups in order, as a list: stepping one may add or remove others."""
+        return list(self.groups.values())
+
     def complete_io(self, tick: int) -> None:
         """Report every disk completion due by ``tick``, group by group, in order."""
-        for host in self.groups:
-            while host.io and host.io[0][0] <= tick and self.alive:
+        for host in self._hosts():
+            while host.io and host.io[0][0] <= tick and self.groups.get(host.group) is host:
+                assert self.alive
                 _, event = host.io.pop(0)
                 if isinstance(event, PrepareSynced):
                     durable = host.disk.sync()
@@ -489,24 +595,29 @@ class Node:
         host.requests.prepared(prepare.header, primary=host.replica.is_primary)
 
     def _deliver(self, host: GroupHost, submission: Submission, outcome: Outcome) -> None:
-        """Send ``outcome`` to the client that sent ``submission``, as its connection
-        would carry it: a refusal names the primary of the group's view here, as the
-        runtime's status replies do, so the client can route again."""
-        endpoint = self.client_endpoints.get(submission.client_id)
+        """Send ``outcome`` to the client that sent ``submission``."""
+        checksum = submission.request_checksum
+        self._reply(host, submission.client_id, submission.request, checksum, outcome)
+
+    def _reply(
+        self, host: GroupHost, client_id: int, request: int, checksum: bytes, outcome: Outcome
+    ) -> None:
+        """Send ``outcome`` to the client, as its connection would carry it: a refusal
+        names the primary of the group's view here, as the runtime's status replies do,
+        so the client can route again."""
+        endpoint = self.client_endpoints.get(client_id)
         if endpoint is None:
             return  # the bootstrap's system client id: nobody waits for it
         op, status, body, error, primary = 0, 0, b"", "", -1
         if isinstance(outcome, Replied):
             op, body = outcome.op, outcome.body
             primary = host.replica.primary_index(outcome.view)
-            self._connection(submission.client_id).saw(host.group, op)
+            self._connection(client_id).saw(host.group, op)
         elif isinstance(outcome, Refused):
             status, primary = outcome.status, host.replica.primary
         else:
             assert isinstance(outcome, SessionLost)
             error = outcome.error.value
-        checksum = submission.request_checksum
-        client_id, request = submission.client_id, submission.request
         reply = ClientReply(
             client_id,
             request,
@@ -517,6 +628,7 @@ class Node:
             checksum,
             primary=primary,
             incarnation=self.incarnation,
+            group=host.group,
         )
         self.outbox.append((endpoint, reply))
 
@@ -529,8 +641,10 @@ class Node:
         *,
         checksum: bytes = b"",
         first_offset: int = 0,
+        group: int = 0,
     ) -> None:
-        """Answer ``request`` at once, on its connection: a refusal, or a read."""
+        """Answer ``request`` at once, on its connection: a refusal, or a read (of
+        ``group``)."""
         reply = ClientReply(
             request.client_id,
             request.request,
@@ -540,6 +654,7 @@ class Node:
             request_checksum=checksum,
             first_offset=first_offset,
             incarnation=self.incarnation,
+            group=group,
         )
         self.outbox.append((source, reply))
 
@@ -597,7 +712,7 @@ class Node:
         payload: wire.RequestPayload,
     ) -> None:
         assert isinstance(payload, wire.LoginRegister)
-        state = self._metadata_state()
+        state = self.metadata_state()
         register = authenticate(state, request.client_id, payload.username, payload.password)
         operation, body = encode_command(register)
         checksum = register_checksum(register.user_id)
@@ -611,11 +726,26 @@ class Node:
         code: CommandCode,
         payload: wire.RequestPayload,
     ) -> None:
-        state = self._metadata_state()
+        state = self.metadata_state()
         write = admit_metadata_write(state, code, payload, request.session, None)
-        if isinstance(write, Denied):
-            raise StateError(ErrorCode(write.status), write.refusal)
         checksum = request_checksum(code, payload, request.payload)
+        if isinstance(write, Denied):
+            # A retry of a committed request gets its committed reply, as on a real node.
+            host = self.groups[METADATA_GROUP]
+            replica = host.replica
+            cached = committed_retry(
+                replica.client_table,
+                request.client_id,
+                request.session,
+                request.request,
+                write,
+                checksum,
+            )
+            if cached is None:
+                raise StateError(ErrorCode(write.status), write.refusal)
+            replied = Replied(cached.op, replica.commit_max, replica.view, cached.reply)
+            self._reply(host, request.client_id, request.request, checksum, replied)
+            return
         self._propose(tick, METADATA_GROUP, request, checksum, write.operation, write.body)
 
     def _send(
@@ -627,7 +757,7 @@ class Node:
         payload: wire.RequestPayload,
     ) -> None:
         assert isinstance(payload, wire.SendMessages)
-        state = self._metadata_state()
+        state = self.metadata_state()
         write = self._balancer.admit_send(state, payload, request.payload, request.session)
         self._propose_partition(tick, request, code, payload, write)
 
@@ -640,7 +770,7 @@ class Node:
         payload: wire.RequestPayload,
     ) -> None:
         assert isinstance(payload, wire.StoreConsumerOffset | wire.DeleteConsumerOffset)
-        state = self._metadata_state()
+        state = self.metadata_state()
         write = admit_offset_write(state, code, payload, request.session)
         self._propose_partition(tick, request, code, payload, write)
 
@@ -666,7 +796,7 @@ class Node:
         payload: wire.RequestPayload,
     ) -> None:
         assert isinstance(payload, wire.PollMessages)
-        admitted = admit_poll(self._metadata_state(), payload, request.session)
+        admitted = admit_poll(self.metadata_state(), payload, request.session)
         checksum = request_checksum(code, payload, request.payload)
         if isinstance(admitted, Resync):
             body = b"".join(bytes(part) for part in resync_reply())
@@ -690,20 +820,26 @@ class Node:
         parts, _ = partition.poll(payload, route.consumer)
         body = b"".join(bytes(part) for part in parts)
         first_offset = partition.state.first_offset
-        self._answer(source, request, 0, body, checksum=checksum, first_offset=first_offset)
+        self._answer(
+            source, request, 0, body, checksum=checksum, first_offset=first_offset, group=group
+        )
 
-    def _metadata_state(self) -> MetadataState:
+    def metadata_state(self) -> MetadataState:
         metadata = self.groups[METADATA_GROUP].machine.inner
         assert isinstance(metadata, MetadataMachine)
         return metadata.state
 
     def _partition_group(self, stream_id: int, topic_id: int, partition_id: int) -> int:
-        if (stream_id, topic_id) != (STREAM_ID, TOPIC_ID) or not (
-            0 <= partition_id < self.options.partition_count
-        ):
-            # Only the workload's own topic has partition groups in the simulator.
+        """The hosted group of a partition the metadata names (it always is hosted here:
+        reconciling follows every applied metadata op at once)."""
+        group = self._by_partition.get((stream_id, topic_id, partition_id))
+        if group is None:
             raise StateError(ErrorCode.PARTITION_NOT_FOUND, str(partition_id))
-        return 1 + partition_id
+        return group
+
+    def workload_group(self) -> int | None:
+        """The group of the workload topic's first partition, if hosted here."""
+        return self._by_partition.get((STREAM_ID, TOPIC_ID, 0))
 
     def _propose(
         self,

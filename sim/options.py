@@ -49,6 +49,10 @@ class NetworkOptions:
     duplicate: float
 
 
+PARTITION_MODES: Final = ("isolate", "isolate-primary", "split", "asymmetric")
+"""Every shape a network partition takes (``sim.faults``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class FaultOptions:
     """Per-tick fault rates of the fault phase."""
@@ -72,6 +76,11 @@ class FaultOptions:
     corruption: float
     #: A node's disk becomes slow for a while (syncs and writes take longer).
     slow_disk: float
+    #: The shapes a partition takes, drawn evenly (``sim.faults``). Not drawn per seed.
+    partition_modes: tuple[str, ...] = PARTITION_MODES
+    #: Of the isolate-primary partitions, the share that flip when they heal: the new
+    #: primary is cut off at once. Not drawn per seed.
+    flip: float = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +109,14 @@ class WorkloadOptions:
     #: The share of a producer's acknowledged sends it reads back on the connection that
     #: acknowledged them (``sim.client``; the ``read-your-writes`` checker). Not drawn.
     read_back_share: float = 0.3
+    #: The share of writes sent to a node drawn at random rather than to the known
+    #: primary, as a client behind a load balancer sends them: a backup forwards them.
+    #: Not drawn.
+    any_node_writes: float = 0.2
+    #: How many topics the operator creates, grows by a partition, shrinks and deletes
+    #: while the others work (``sim.client``; the ``hosting`` and ``deleted`` checkers).
+    #: Not drawn.
+    topic_churns: int = 3
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,9 @@ And broken nodes, for the node layer (``sim.node`` carrying out ``broker.core``)
 7. ``backup-poll-above-applied``: a node serves a poll once its replica may serve reads at
    all, without waiting to apply what it told the poll's connection: a backup that
    forwarded a send answers the sender's read-back without the batch it acknowledged.
+8. ``keep-removed-group``: a node goes on hosting a partition group after the metadata
+   it applied deleted the partition (its topic deleted, or the topic shrunk): the
+   group's replica and data outlive the partition.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from broker.core.groups import Replied, RequestIdentity
+from broker.state.partition_machine import PartitionMachine
 from consensus.client_table import CachedReply, ClientTable, Verdict
 from consensus.messages import DoViewChange, Prepare
 from consensus.replica import Replica
@@ -164,10 +168,20 @@ class AcksForwardAtPrepare(Node):
             return
         source, token = early
         stamped, _ = read_batch(prepare.body)
-        confirmation = wire.SendConfirmation(0, 0, host.group - 1, stamped.base_offset)
+        machine = host.machine.inner
+        assert isinstance(machine, PartitionMachine)
+        state = machine.state
+        confirmation = wire.SendConfirmation(
+            state.stream_id, state.topic_id, state.partition_id, stamped.base_offset
+        )
         body = wire.SendMessagesReply((confirmation,)).encode()
         replied = Replied(header.op, host.replica.commit_max, host.replica.view, body)
         self.outbox.append((source, ForwardedOutcome(token, replied)))
+
+
+class KeepsRemovedGroups(Node):
+    def _remove_group(self, group: int) -> None:
+        del group  # keeps its replica, its requests and its disk
 
 
 class ServesPollsAboveApplied(Node):
@@ -187,6 +201,7 @@ PLANTED: Final[dict[str, type[Replica]]] = {
 PLANTED_NODES: Final[dict[str, type[Node]]] = {
     "forward-ack-at-prepare": AcksForwardAtPrepare,
     "backup-poll-above-applied": ServesPollsAboveApplied,
+    "keep-removed-group": KeepsRemovedGroups,
 }
 """The planted node-layer bugs, run with the correct replica."""
 

@@ -36,6 +36,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
+from broker.state.errors import StateError
 from consensus.events import MessageReceived
 from consensus.messages import MessageError, decode_message
 from consensus.replica import Replica, Status
@@ -52,7 +53,7 @@ from sim.network import (
     Packet,
     ReplicaFrame,
 )
-from sim.node import Node
+from sim.node import STREAM_ID, TOPIC_ID, Node
 from sim.options import Options
 from sim.rng import stream
 
@@ -103,7 +104,7 @@ class World:
         seed = options.seed
         self.tick_now = 0
         self.network = Network(options.network, stream(seed, "network"))
-        self.checkers = Checkers(group_count=1 + options.partition_count, strict_polls=strict_polls)
+        self.checkers = Checkers(strict_polls=strict_polls)
         workload = stream(seed, "workload")
         roles = [Role.OPERATOR]
         roles += [Role.PRODUCER] * options.workload.producers
@@ -183,7 +184,8 @@ class World:
             healed = tick > options.ticks_fault
             if healed and tick % CONVERGENCE_CHECK_TICKS == 0 and self._finished():
                 self._trace.update(f"finished:{tick}".encode())
-                self.checkers.check_final([[h.replica for h in n.groups] for n in self.nodes])
+                hosted = [{g: h.replica for g, h in n.groups.items()} for n in self.nodes]
+                self.checkers.check_final(hosted)
                 return
         if self.faults.over_budget:
             # More replicas lost what they acknowledged than VSR tolerates: the group may
@@ -237,7 +239,7 @@ class World:
         elif isinstance(payload, ForwardedRequest):
             self._trace.update(
                 struct.pack(
-                    "<QIqI", payload.token, payload.group, payload.request, payload.operation
+                    "<QQqI", payload.token, payload.group, payload.request, payload.operation
                 )
                 + payload.body
             )
@@ -255,7 +257,10 @@ class World:
                 message = decode_message(payload.frame)
             except MessageError:
                 return  # a bad frame costs its sender the message, never the node
-            node.step(tick, node.groups[payload.group], MessageReceived(message))
+            host = node.groups.get(payload.group)
+            if host is None:
+                return  # a group not created here yet, or removed: its sender retransmits
+            node.step(tick, host, MessageReceived(message))
         elif isinstance(payload, ClientRequest):
             node.on_client_request(tick, packet.source, payload)
         elif isinstance(payload, ForwardedRequest):
@@ -283,8 +288,8 @@ class World:
         self.checkers.on_restart(node.index)
         node.restart(tick)
         damaged = any(
-            host.disk.journal.recovery.faulty_regions or host.disk.head_faulty()
-            for host in node.groups
+            disk.journal.recovery.faulty_regions or disk.head_faulty()
+            for disk in node.disks.values()
         )
         self.faults.note_restart(tick, node.index, journal_damaged=damaged)
         self._flush_node(tick, node)
@@ -309,7 +314,11 @@ class World:
 
     def _convergence_report(self) -> str:
         """Empty when every group has converged, else what is still off."""
-        for group in range(1 + self.options.partition_count):
+        hosted = sorted({group for node in self.nodes for group in node.groups})
+        for group in hosted:
+            missing = [node.index for node in self.nodes if group not in node.groups]
+            if missing:
+                return f"group {group} not hosted on nodes {missing}"
             replicas = [node.groups[group].replica for node in self.nodes]
             views = [r.view for r in replicas]
             primaries = [r for r in replicas if r.status is Status.NORMAL and r.is_primary]
@@ -327,10 +336,24 @@ class World:
                 )
         return ""
 
+    def _group_rebalances(self) -> int:
+        """How many new generations the workload's consumer group went through (a member
+        joined or left, or a member's session ended), from a live node's metadata: after
+        healing every replica holds the same."""
+        for node in self.nodes:
+            if not node.alive:
+                continue
+            try:
+                groups = node.metadata_state().consumer_groups(STREAM_ID, TOPIC_ID)
+            except StateError:
+                return 0  # the topic was never created
+            return sum(group.generation - GENERATION_FIRST for group in groups)
+        return 0
+
     def _stats(self) -> dict[str, int]:
         checkers = self.checkers
         log = self.faults.log
-        views = [h.replica.view for n in self.nodes for h in n.groups]
+        views = [h.replica.view for n in self.nodes for h in n.groups.values()]
         return {
             "committed_ops": checkers.committed_ops(),
             "acked_sends": len(checkers.acks),
@@ -338,6 +361,11 @@ class World:
             "polls": checkers.polls_checked,
             "messages_polled": checkers.messages_polled,
             "read_backs": checkers.read_backs_checked,
+            "deleted_polls": checkers.deleted_polls_checked,
+            "group_rebalances": self._group_rebalances(),
+            "member_resyncs": checkers.resyncs,
+            "topics_created": checkers.metadata_model.topics_created,
+            "topics_deleted": checkers.metadata_model.topics_deleted,
             "poll_gaps": checkers.poll_gaps,
             "requests_completed": sum(c.completed for c in self.clients),
             "requests_abandoned": sum(c.abandoned for c in self.clients),
@@ -357,6 +385,10 @@ class World:
             "healed_at": self.healed_at,
             "liveness_waived": int(self.liveness_waived),
         }
+
+
+GENERATION_FIRST: Final = 1
+"""A consumer group's generation when it is created (``broker.state.metadata``)."""
 
 
 def run_seed(

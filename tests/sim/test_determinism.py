@@ -31,9 +31,13 @@ ROOT = Path(__file__).resolve().parents[2]
 # (``broker.core.forwarding``), and clients send one write in five to a random node.
 # f697f9ad... -> 3bbf019c...: producers read back acknowledged batches on the
 # connection that acknowledged them, and a node refuses requests on a connection whose
-# metadata writes it has not applied yet (read-your-writes).
+# metadata writes it has not applied yet (read-your-writes). 3bbf019c... -> d6f5db2f...:
+# nodes host the partition groups their applied metadata names (``broker.core.reconcile``)
+# under their real group ids, the operator creates, grows, shrinks and deletes topics,
+# consumers leave their group and poll as its members, and the options name the
+# partition shapes and the share of writes sent to any node.
 BASELINE_SEED = 5
-BASELINE_TRACE_HASH = "3bbf019cdb2299601d383ba6df1869b5"
+BASELINE_TRACE_HASH = "d6f5db2ffdefb1349449722526f3c921"
 
 
 def _trace_of(seed: int, hash_seed: str) -> str:
