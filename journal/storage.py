@@ -128,7 +128,7 @@ class FileStorage:
         if not os.path.isdir(path):
             os.makedirs(path, exist_ok=True)
             parent = os.path.dirname(os.path.abspath(path))
-            _fsync_directory_path(parent)
+            fsync_directory_path(parent)
         self.path = path
         self._directory_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
@@ -163,7 +163,12 @@ class FileStorage:
             os.close(fd)
 
 
-def _fsync_directory_path(path: str) -> None:
+def fsync_directory_path(path: str) -> None:
+    """fsync the directory at ``path``: the entries created or removed in it are durable.
+
+    Raises:
+        OSError: it cannot be opened or synced.
+    """
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)

@@ -70,7 +70,7 @@ from journal import (
     Superblock,
     SyncPlan,
 )
-from journal.storage import FileStorage
+from journal.storage import FileStorage, fsync_directory_path
 
 CACHE_PREPARES_MAX: Final = 64
 """Newest prepares kept in memory per group (the pipeline plus tail reads)."""
@@ -441,7 +441,7 @@ def write_tombstone(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    _sync_dir(path.parent)
+    fsync_directory_path(str(path.parent))
 
 
 def tombstoned_names(partitions_dir: Path) -> list[str]:
@@ -470,17 +470,10 @@ def remove_group_dir(path: Path) -> None:
     if not parent.is_dir():
         return
     try:
-        _sync_dir(parent)
+        fsync_directory_path(str(parent))
     except OSError as error:
         log.warning("removed %s, but cannot sync its parent directory: %s", path, error)
 
-
-def _sync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _checkpoint_name(op: int) -> str:
