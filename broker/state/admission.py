@@ -2,8 +2,9 @@
 
 Purpose: before anything is replicated, the node a client is connected to decodes its Iggy
 request payload into a :mod:`broker.state.metadata` command (:func:`metadata_command`,
-:func:`create_user_command`, :func:`change_password_command`) or, for a login, checks the
-credentials against committed state (:func:`authenticate`). What Iggy checks at that point
+:func:`create_user_command`, :func:`change_password_command`,
+:func:`create_token_command`) or, for a login, checks the credentials against committed
+state (:func:`authenticate`, :func:`authenticate_token`). What Iggy checks at that point
 (usernames, passwords, options) is checked here. Failures raise :class:`StateError`; the
 runtime answers with its code in the reply header's status. The translation of
 permissions between the wire's types and the state machine's (:func:`domain_permissions`,
@@ -13,12 +14,13 @@ Invariants:
 
 1. Metadata prepare bodies are :mod:`broker.state.codec` commands, never wire bodies, so
    a clear password never enters the log: the command carries the hash the primary made
-   with a salt it drew.
+   with a salt it drew. Nor does a raw access token: the command carries its hash.
 2. Credentials are checked on the replica the client is connected to and never cross a
    replica link; apply re-checks that the user still exists and is active.
 3. Rules that differ from the state machine's own (usernames in UTF-8 bytes) are checked
    here, before proposing, so that replaying ops committed earlier gives the same state.
-4. Nothing here reads a clock, draws randomness or touches IO.
+4. Nothing here reads a clock, draws randomness or touches IO: the time a token login is
+   judged at is an argument.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from broker.state.credentials import PasswordHash, verify_password
+from broker.state.credentials import PasswordHash, token_hash, verify_password
 from broker.state.errors import ErrorCode, StateError
 from broker.state.metadata import (
     USERNAME_LENGTH_MAX,
@@ -34,11 +36,13 @@ from broker.state.metadata import (
     ChangePassword,
     CreateConsumerGroup,
     CreatePartitions,
+    CreatePersonalAccessToken,
     CreateStream,
     CreateTopic,
     CreateUser,
     DeleteConsumerGroup,
     DeletePartitions,
+    DeletePersonalAccessToken,
     DeleteStream,
     DeleteTopic,
     DeleteUser,
@@ -118,6 +122,8 @@ def metadata_command(code: CommandCode, payload: wire.RequestPayload) -> Metadat
             )
         case CommandCode.UPDATE_PERMISSIONS, wire.UpdatePermissions(user_id, permissions):
             return UpdatePermissions(user_id.value, domain_permissions(permissions))
+        case CommandCode.DELETE_PERSONAL_ACCESS_TOKEN, wire.PersonalAccessTokenRef(name):
+            return DeletePersonalAccessToken(name)
     raise StateError(ErrorCode.INVALID_COMMAND, f"{code!r} is not a metadata command here")
 
 
@@ -280,6 +286,32 @@ def authenticate(state: MetadataState, client_id: int, username: str, password: 
     if user.status != UserStatus.ACTIVE:
         raise StateError(ErrorCode.USER_INACTIVE)
     return Register(client_id, user.id)
+
+
+def create_token_command(
+    request: wire.CreatePersonalAccessToken, hashed: bytes
+) -> CreatePersonalAccessToken:
+    """The ``CreatePersonalAccessToken`` to propose once the admitting node drew a raw token
+    and hashed it (``credentials.token_hash``): the raw token stays out of the log."""
+    return CreatePersonalAccessToken(request.name, request.expiry, hashed)
+
+
+def authenticate_token(state: MetadataState, client_id: int, token: str, now_us: int) -> Register:
+    """Check a token login against committed state at ``now_us``; the ``Register`` to
+    propose, the same as a password login's for that user.
+
+    A token that is unknown, or expired at ``now_us`` though not yet removed, is refused
+    alike, as Iggy refuses both (eviction ``InvalidToken``).
+
+    Raises:
+        StateError: ``INVALID_PERSONAL_ACCESS_TOKEN`` or ``USER_INACTIVE``.
+    """
+    user_id = state.token_user(token_hash(token), now_us)
+    if user_id is None:
+        raise StateError(ErrorCode.INVALID_PERSONAL_ACCESS_TOKEN)
+    if state.user(user_id).status != UserStatus.ACTIVE:
+        raise StateError(ErrorCode.USER_INACTIVE)
+    return Register(client_id, user_id)
 
 
 def _no_stream_options(options: Sequence[wire.OptionEntry]) -> None:

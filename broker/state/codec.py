@@ -4,7 +4,8 @@ A metadata prepare never carries the client's wire body. The primary decodes the
 settles what must be chosen once (a password becomes an scrypt hash with a fresh salt; a
 login becomes the user it authenticated), and proposes the resulting command in this
 encoding. Every replica decodes the same bytes back into the same command, so the state
-machine never sees a clear password and never has to choose anything.
+machine never sees a clear password or a raw access token and never has to choose
+anything.
 
 Invariants:
 
@@ -26,24 +27,27 @@ from typing import Any, Final
 
 import cbor2
 
-from broker.state.credentials import PasswordHash
+from broker.state.credentials import TOKEN_HASH_SIZE_BYTES, PasswordHash
 from broker.state.metadata import (
     TOPIC_OPTION_FIELDS,
     ChangePassword,
     Compression,
     CreateConsumerGroup,
     CreatePartitions,
+    CreatePersonalAccessToken,
     CreateRootUser,
     CreateStream,
     CreateTopic,
     CreateUser,
     DeleteConsumerGroup,
     DeletePartitions,
+    DeletePersonalAccessToken,
     DeleteStream,
     DeleteTopic,
     DeleteUser,
     Durability,
     EndSession,
+    ExpireTokens,
     JoinConsumerGroup,
     LeaveConsumerGroup,
     Logout,
@@ -68,6 +72,7 @@ class InternalOperation(IntEnum):
 
     CREATE_ROOT_USER = 96
     END_SESSION = 97
+    EXPIRE_TOKENS = 98
 
 
 OPERATION_BY_COMMAND: Final[dict[type, int]] = {
@@ -92,8 +97,11 @@ OPERATION_BY_COMMAND: Final[dict[type, int]] = {
     DeleteUser: Operation.DELETE_USER,
     ChangePassword: Operation.CHANGE_PASSWORD,
     UpdatePermissions: Operation.UPDATE_PERMISSIONS,
+    CreatePersonalAccessToken: Operation.CREATE_PERSONAL_ACCESS_TOKEN,
+    DeletePersonalAccessToken: Operation.DELETE_PERSONAL_ACCESS_TOKEN,
     CreateRootUser: InternalOperation.CREATE_ROOT_USER,
     EndSession: InternalOperation.END_SESSION,
+    ExpireTokens: InternalOperation.EXPIRE_TOKENS,
 }
 COMMAND_BY_OPERATION: Final[dict[int, type]] = {
     int(operation): command for command, operation in OPERATION_BY_COMMAND.items()
@@ -148,7 +156,7 @@ def _to_plain(value: Any) -> Any:
         return permissions_to_plain(value)
     if isinstance(value, Enum):
         return value.value
-    assert value is None or isinstance(value, int | str | bool), f"unencodable {value!r}"
+    assert value is None or isinstance(value, int | str | bool | bytes), f"unencodable {value!r}"
     return value
 
 
@@ -165,8 +173,10 @@ def _from_plain(name: str, item: Any) -> Any:
             return _ident(item)
         case "name" | "username":
             return _text(item)
-        case "partitions_count" | "count" | "client_id" | "user_id" | "session":
+        case "partitions_count" | "count" | "client_id" | "user_id" | "session" | "expiry_us":
             return _natural(item)
+        case "token_hash":
+            return _token_hash(item)
         case "password":
             return PasswordHash.from_plain(item)
         case "status":
@@ -194,6 +204,12 @@ def _options(item: Any) -> TopicOptionsPatch:
         else:
             values[key] = _natural(raw)
     return TopicOptionsPatch(**values)
+
+
+def _token_hash(item: Any) -> bytes:
+    if isinstance(item, bytes) and len(item) == TOKEN_HASH_SIZE_BYTES:
+        return item
+    raise BodyError(f"expected a {TOKEN_HASH_SIZE_BYTES}-byte token hash")
 
 
 def _ident(item: Any) -> int | str:

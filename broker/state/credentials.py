@@ -1,4 +1,5 @@
-"""Password hashing for users: scrypt with a salt the caller supplies.
+"""Password hashing for users (scrypt with a salt the caller supplies), and the hash of a
+personal access token.
 
 The state machines never see a clear password and never draw a salt. The primary (the
 runtime, before it proposes ``CreateUser``, ``ChangePassword`` or the root user) draws a
@@ -13,6 +14,11 @@ Invariants:
    randomness, so replicas and tests reproduce it exactly.
 2. A stored hash always carries the cost parameters it was made with, so raising the
    default cost later never locks out existing users.
+3. A personal access token is stored as :func:`token_hash`, SHA-256 of its text, unsalted
+   and fast: the node draws a token from 256 bits of OS randomness, so unlike a password it
+   cannot be guessed from its hash, and a login can find its token by the hash alone (one
+   dictionary lookup, no per-token work). Iggy hashes its tokens the same way (BLAKE3, not
+   in the standard library); the hash never travels to clients, so the choice is ours.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 SALT_SIZE_BYTES = 16
+TOKEN_HASH_SIZE_BYTES = 32
 HASH_SIZE_BYTES = 32
 # scrypt cost (RFC 7914): N = 2**14, r = 8, p = 1 costs about 16 MiB and tens of
 # milliseconds, the interactive-login setting the RFC suggests.
@@ -122,3 +129,10 @@ def _maxmem(n: int, r: int, p: int) -> int:
     # scrypt needs about 128 * r * (n + p) bytes; OpenSSL's default cap (32 MiB) is too small
     # for the upper cost bounds, so name the real need plus slack.
     return 128 * r * (n + p) + (1 << 20)
+
+
+def token_hash(token: str) -> bytes:
+    """The stored form of a personal access token: SHA-256 of its UTF-8 text (invariant 3)."""
+    digest = hashlib.sha256(token.encode("utf-8")).digest()
+    assert len(digest) == TOKEN_HASH_SIZE_BYTES
+    return digest

@@ -26,6 +26,10 @@ Invariants:
 5. A session is the op number of the ``Register`` that created it. A client id holds at
    most one session; registering again ends the previous one. Ending a session (logout,
    re-register, user deletion, eviction) removes it from every consumer group.
+   A personal access token is held as a hash only (the node that admitted its creation
+   drew the raw token and shows it to its client once); it belongs to one user, is unique
+   by name for that user and by hash for the server, and dies with its user. An expired
+   token opens no session and is removed by the system command ``ExpireTokens``.
 6. Consumer group assignment is derived, never stored: members in join order, partitions
    dealt round-robin (partition ``p`` goes to member ``p mod m``). Each change to the
    members or to the topic's partition count bumps the group's generation.
@@ -51,7 +55,7 @@ from typing import Any, TypeAlias
 
 import cbor2
 
-from broker.state.credentials import PasswordHash
+from broker.state.credentials import TOKEN_HASH_SIZE_BYTES, PasswordHash
 from broker.state.errors import ErrorCode, StateError
 from broker.state.permissions import (
     Action,
@@ -83,6 +87,11 @@ CONSUMER_GROUPS_PER_TOPIC_MAX = 4_096
 NAME_SIZE_BYTES_MAX = 255
 USERNAME_LENGTH_MIN = 3
 USERNAME_LENGTH_MAX = 50
+#: Iggy's bounds on personal access tokens: ``max_tokens_per_user`` (its default; fixed
+#: here, every replica must agree) and the name length in UTF-8 bytes.
+TOKENS_PER_USER_MAX = 100
+TOKEN_NAME_SIZE_BYTES_MIN = 3
+TOKEN_NAME_SIZE_BYTES_MAX = 30
 
 # Topic option values and defaults (Iggy's option catalog, ``reference/iggy.md`` §3.6).
 EXPIRY_NEVER = U64_MAX
@@ -96,7 +105,9 @@ MESSAGES_REQUIRED_TO_SAVE_MAX = 16 * 1024 * 1024
 SIZE_REQUIRED_TO_SAVE_BYTES_DEFAULT = 1 << 20
 SIZE_REQUIRED_TO_SAVE_BYTES_MAX = 1 << 30
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+"""Version 2 added personal access tokens; a version 1 snapshot is read as holding none."""
+SNAPSHOT_VERSIONS_READABLE = (1, 2)
 
 
 class Durability(Enum):
@@ -321,6 +332,24 @@ class Logout:
 
 
 @dataclass(frozen=True, slots=True)
+class CreatePersonalAccessToken:
+    """A token for the acting session's user, expiring ``expiry_us`` after the op's
+    timestamp (0 or ``EXPIRY_NEVER``: never). The admitting node drew the raw token;
+    only its hash travels (``credentials.token_hash``)."""
+
+    name: str
+    expiry_us: int
+    token_hash: bytes = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class DeletePersonalAccessToken:
+    """Delete one of the acting session's user's tokens, by name."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
 class CreateRootUser:
     """System: create the first user with every permission (first start only)."""
 
@@ -333,6 +362,11 @@ class EndSession:
     """System: end a session the runtime evicted (for example a client that went stale)."""
 
     session: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireTokens:
+    """System: remove every personal access token expired at the op's timestamp."""
 
 
 MetadataCommand: TypeAlias = (
@@ -359,6 +393,9 @@ MetadataCommand: TypeAlias = (
     | Logout
     | CreateRootUser
     | EndSession
+    | CreatePersonalAccessToken
+    | DeletePersonalAccessToken
+    | ExpireTokens
 )
 
 
@@ -437,6 +474,15 @@ class UserInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenInfo:
+    """A personal access token as its owner lists it (never its hash)."""
+
+    name: str
+    expiry_at_us: int | None
+    """When it expires; None: never."""
+
+
+@dataclass(frozen=True, slots=True)
 class SessionInfo:
     session: int
     client_id: int
@@ -504,8 +550,23 @@ class Registered:
     session: int
 
 
+@dataclass(frozen=True, slots=True)
+class TokenCreated:
+    """The token was stored; the reply names its hash, so the admitting node can tell its
+    own creation from a replayed one before it hands out the raw token."""
+
+    token_hash: bytes = field(repr=False)
+
+
 MetadataResult: TypeAlias = (
-    Rejected | Done | StreamCreated | TopicCreated | UserCreated | ConsumerGroupCreated | Registered
+    Rejected
+    | Done
+    | StreamCreated
+    | TopicCreated
+    | UserCreated
+    | ConsumerGroupCreated
+    | Registered
+    | TokenCreated
 )
 
 
@@ -570,6 +631,13 @@ class _User:
 
 
 @dataclass(slots=True)
+class _Token:
+    name: str
+    token_hash: bytes
+    expiry_at_us: int | None
+
+
+@dataclass(slots=True)
 class _Session:
     session: int
     client_id: int
@@ -595,6 +663,10 @@ class MetadataState:
         self._user_sessions: dict[int, dict[int, None]] = {}
         self._next_session_number = 0
         self._partitions_total = 0
+        # user id -> token name -> token; and the index of every token by its hash.
+        self._tokens: dict[int, dict[str, _Token]] = {}
+        self._token_owners: dict[bytes, tuple[int, str]] = {}
+        self._token_expiry_min_us: int | None = None
         self._handlers: dict[type, Callable[[Any, ApplyContext], MetadataResult]] = {
             CreateStream: self._create_stream,
             UpdateStream: self._update_stream,
@@ -619,6 +691,9 @@ class MetadataState:
             Logout: self._logout,
             CreateRootUser: self._create_root_user,
             EndSession: self._end_session,
+            CreatePersonalAccessToken: self._create_token,
+            DeletePersonalAccessToken: self._delete_token,
+            ExpireTokens: self._expire_tokens,
         }
 
     # -- the replicated entry point ------------------------------------------------------
@@ -688,6 +763,25 @@ class MetadataState:
 
     def users(self) -> tuple[UserInfo, ...]:
         return tuple(self._user_info(self._users[i]) for i in sorted(self._users))
+
+    def personal_access_tokens(self, session: int) -> tuple[TokenInfo, ...]:
+        """The tokens of ``session``'s user, by name; ``UNAUTHENTICATED`` without one."""
+        own = self._tokens.get(self._find_session(session).user_id, {})
+        return tuple(TokenInfo(name, own[name].expiry_at_us) for name in sorted(own))
+
+    def token_user(self, token_hash: bytes, now_us: int) -> int | None:
+        """The user whose token has ``token_hash`` and has not expired at ``now_us``."""
+        owner = self._token_owners.get(token_hash)
+        if owner is None:
+            return None
+        user_id, name = owner
+        expiry = self._tokens[user_id][name].expiry_at_us
+        return user_id if expiry is None or now_us < expiry else None
+
+    @property
+    def token_expiry_min_us(self) -> int | None:
+        """When the next token expires; None when none ever does."""
+        return self._token_expiry_min_us
 
     def session(self, session: int) -> SessionInfo:
         """The live session ``session``; ``UNAUTHENTICATED`` when there is none."""
@@ -1003,6 +1097,9 @@ class MetadataState:
         for session in sorted(self._sessions):
             if self._sessions[session].user_id == user.id:
                 self._drop_session(session)
+        for token in self._tokens.pop(user.id, {}).values():
+            del self._token_owners[token.token_hash]
+        self._recompute_token_expiry()
         del self._users[user.id]
         del self._user_ids_by_name[user.username]
         return Done()
@@ -1027,6 +1124,78 @@ class MetadataState:
             raise StateError(ErrorCode.INVALID_PASSWORD)
         user.password = cmd.password
         return Done()
+
+    # -- personal access tokens -------------------------------------------------------------
+
+    def _token_actor(self, session: int | None) -> _User:
+        """The user a token command acts for: the session's, active (tokens are one's own,
+        no permission governs them, as in Iggy)."""
+        user = self._users[self._find_session(session).user_id]
+        if user.status != UserStatus.ACTIVE:
+            raise StateError(ErrorCode.USER_INACTIVE)
+        return user
+
+    def _create_token(self, cmd: CreatePersonalAccessToken, ctx: ApplyContext) -> MetadataResult:
+        user = self._token_actor(ctx.session)
+        _check_token_name(cmd.name)
+        own = self._tokens.get(user.id, {})
+        # Iggy checks the limit before the name: an at-limit duplicate reports the limit.
+        if len(own) >= TOKENS_PER_USER_MAX:
+            raise StateError(ErrorCode.PERSONAL_ACCESS_TOKENS_LIMIT_REACHED)
+        if cmd.name in own or cmd.token_hash in self._token_owners:
+            raise StateError(ErrorCode.PERSONAL_ACCESS_TOKEN_ALREADY_EXISTS, cmd.name)
+        if len(cmd.token_hash) != TOKEN_HASH_SIZE_BYTES:
+            raise StateError(ErrorCode.INVALID_COMMAND, "a token hash is 32 bytes")
+        expiry_at: int | None = None
+        if cmd.expiry_us not in (0, U64_MAX):
+            expiry_at = ctx.timestamp_us + cmd.expiry_us
+            if expiry_at > U64_MAX:
+                raise StateError(ErrorCode.INVALID_PERSONAL_ACCESS_TOKEN_EXPIRY)
+        self._tokens.setdefault(user.id, {})[cmd.name] = _Token(cmd.name, cmd.token_hash, expiry_at)
+        self._token_owners[cmd.token_hash] = (user.id, cmd.name)
+        if expiry_at is not None and (
+            self._token_expiry_min_us is None or expiry_at < self._token_expiry_min_us
+        ):
+            self._token_expiry_min_us = expiry_at
+        return TokenCreated(cmd.token_hash)
+
+    def _delete_token(self, cmd: DeletePersonalAccessToken, ctx: ApplyContext) -> MetadataResult:
+        user = self._token_actor(ctx.session)
+        own = self._tokens.get(user.id, {})
+        token = own.get(cmd.name)
+        if token is None:
+            raise StateError(ErrorCode.RESOURCE_NOT_FOUND, f"token {cmd.name!r}")
+        self._remove_token(user.id, token)
+        self._recompute_token_expiry()
+        return Done()
+
+    def _expire_tokens(self, cmd: ExpireTokens, ctx: ApplyContext) -> MetadataResult:
+        del cmd
+        _require_system(ctx)
+        for user_id in sorted(self._tokens):
+            own = self._tokens[user_id]
+            for name in sorted(own):
+                expiry = own[name].expiry_at_us
+                if expiry is not None and expiry <= ctx.timestamp_us:
+                    self._remove_token(user_id, own[name])
+        self._recompute_token_expiry()
+        return Done()
+
+    def _remove_token(self, user_id: int, token: _Token) -> None:
+        own = self._tokens[user_id]
+        del own[token.name]
+        if not own:
+            del self._tokens[user_id]
+        del self._token_owners[token.token_hash]
+
+    def _recompute_token_expiry(self) -> None:
+        expiries = [
+            token.expiry_at_us
+            for own in self._tokens.values()
+            for token in own.values()
+            if token.expiry_at_us is not None
+        ]
+        self._token_expiry_min_us = min(expiries) if expiries else None
 
     # -- sessions -------------------------------------------------------------------------
 
@@ -1157,7 +1326,7 @@ class MetadataState:
 
     def _authorize(self, command: MetadataCommand, session: int | None) -> None:
         match command:
-            case CreateRootUser() | EndSession():
+            case CreateRootUser() | EndSession() | ExpireTokens():
                 if session is not None:
                     raise StateError(ErrorCode.UNAUTHORIZED, "system command")
             case Register():
@@ -1191,6 +1360,8 @@ class MetadataState:
                 self._require(session, Action.READ_TOPIC, stream_id, topic_id)
             case CreateUser() | UpdateUser() | DeleteUser() | UpdatePermissions():
                 self._require(session, Action.MANAGE_USERS)
+            case CreatePersonalAccessToken() | DeletePersonalAccessToken():
+                self._token_actor(session)
             case ChangePassword():
                 actor = self._find_session(session)
                 if self._find_user(command.user).id != actor.user_id:
@@ -1348,11 +1519,16 @@ class MetadataState:
                 [s.session, s.client_id, s.user_id, s.number, s.created_at_us]
                 for s in (self._sessions[i] for i in sorted(self._sessions))
             ],
+            "tokens": [
+                [user_id, name, token.token_hash, token.expiry_at_us]
+                for user_id in sorted(self._tokens)
+                for name, token in sorted(self._tokens[user_id].items())
+            ],
         }
 
     @classmethod
     def _from_plain(cls, plain: dict[str, Any]) -> MetadataState:
-        if plain["version"] != SNAPSHOT_VERSION:
+        if plain["version"] not in SNAPSHOT_VERSIONS_READABLE:
             raise ValueError(f"snapshot version {plain['version']}")
         state = cls()
         state._next_stream_id = _int(plain["next_stream_id"])
@@ -1384,6 +1560,16 @@ class MetadataState:
         for number in sorted(state._sessions):
             user_id = state._sessions[number].user_id
             state._user_sessions.setdefault(user_id, {})[number] = None
+        tokens = plain["tokens"] if plain["version"] >= 2 else []  # version 1 had none
+        for user_id, name, token_hash, expiry in tokens:
+            token = _Token(_str(name), _hash(token_hash), None if expiry is None else _int(expiry))
+            owner = _int(user_id)
+            own = state._tokens.setdefault(owner, {})
+            if token.name in own or token.token_hash in state._token_owners:
+                raise ValueError(f"duplicate token {token.name!r} of user {owner}")
+            own[token.name] = token
+            state._token_owners[token.token_hash] = (owner, token.name)
+        state._recompute_token_expiry()
         return state
 
     # -- invariants -----------------------------------------------------------------------
@@ -1435,6 +1621,34 @@ class MetadataState:
                 problems.append(f"session {session_no} missing from the client index")
             if session.user_id not in self._users:
                 problems.append(f"session {session_no} outlived its user")
+        problems.extend(self._token_problems())
+        return problems
+
+    def _token_problems(self) -> list[str]:
+        problems: list[str] = []
+        indexed = 0
+        for user_id in sorted(self._tokens):
+            own = self._tokens[user_id]
+            if user_id not in self._users:
+                problems.append(f"user {user_id}'s tokens outlived it")
+            if not own or len(own) > TOKENS_PER_USER_MAX:
+                problems.append(f"user {user_id} holds no tokens or too many")
+            for name in sorted(own):
+                token = own[name]
+                indexed += 1
+                if token.name != name or self._token_owners.get(token.token_hash) != (
+                    user_id,
+                    name,
+                ):
+                    problems.append(f"user {user_id}'s token {name!r} missing from the index")
+                if not TOKEN_NAME_SIZE_BYTES_MIN <= len(name.encode()) <= TOKEN_NAME_SIZE_BYTES_MAX:
+                    problems.append(f"user {user_id}'s token {name!r} has a bad name")
+        if indexed != len(self._token_owners):
+            problems.append("token hash index disagrees with the tokens")
+        expiries = [t.expiry_at_us for own in self._tokens.values() for t in own.values()]
+        known = [e for e in expiries if e is not None]
+        if self._token_expiry_min_us != (min(known) if known else None):
+            problems.append("the earliest token expiry is stale")
         return problems
 
 
@@ -1460,6 +1674,13 @@ def _check_username(username: str) -> None:
     if not USERNAME_LENGTH_MIN <= len(username) <= USERNAME_LENGTH_MAX:
         raise StateError(ErrorCode.INVALID_USERNAME)
     _check_name(username, ErrorCode.INVALID_USERNAME)
+
+
+def _check_token_name(name: str) -> None:
+    if not TOKEN_NAME_SIZE_BYTES_MIN <= len(name.encode("utf-8")) <= TOKEN_NAME_SIZE_BYTES_MAX:
+        raise StateError(
+            ErrorCode.INVALID_PERSONAL_ACCESS_TOKEN_NAME, "a token name is 3 to 30 bytes"
+        )
 
 
 def _check_options(options: TopicOptions) -> None:
@@ -1522,6 +1743,12 @@ def _require_new(key: int, table: dict[int, Any], name: Any, index: dict[Any, in
 def _int(value: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"expected a non-negative integer, got {value!r}")
+    return value
+
+
+def _hash(value: Any) -> bytes:
+    if not isinstance(value, bytes) or len(value) != TOKEN_HASH_SIZE_BYTES:
+        raise ValueError(f"expected a {TOKEN_HASH_SIZE_BYTES}-byte token hash")
     return value
 
 

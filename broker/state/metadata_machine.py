@@ -4,15 +4,18 @@ Purpose: :class:`MetadataMachine` implements ``consensus.protocols.StateMachine`
 (``apply(prepare) -> bytes``, ``snapshot``, ``restore``) over
 :class:`broker.state.metadata.MetadataState`, and serves the metadata reads from committed
 local state, never replicated: get stream(s), topic(s), consumer group(s), sync consumer
-group, user(s), get me, client(s). The Iggy reply payloads of metadata records
-(:func:`metadata_reply` and the details builders) are built here.
+group, user(s), get me, client(s), the caller's personal access tokens. The Iggy reply
+payloads of metadata records (:func:`metadata_reply` and the details builders) are built
+here.
 
 Invariants:
 
 1. Replies are built from the prepare and the committed state alone, so every replica
    returns identical bytes: result-framed for metadata-plane ops (``[count u32]`` then
    ``{index u32, result u32}``; success is count 0 and the payload, a committed rejection
-   one entry ``{0, code}`` and no payload), plain for Logout.
+   one entry ``{0, code}`` and no payload), plain for Logout. A created token's reply
+   names its hash, never the raw token, which no replica knows: the node that admitted
+   the request swaps in the raw token it drew (``broker.core.commands.token_reply``).
 2. Metadata prepare bodies are :mod:`broker.state.codec` commands, final when proposed:
    ``prepare`` passes them through, refusing only a register that would take over another
    user's client id (:data:`CLIENT_ID_TAKEN_STATUS`).
@@ -44,6 +47,7 @@ from broker.state.metadata import (
     SessionInfo,
     StreamCreated,
     StreamInfo,
+    TokenCreated,
     TopicCreated,
     TopicInfo,
     UserCreated,
@@ -180,6 +184,8 @@ def metadata_reply(operation: int, result: MetadataResult) -> bytes:
             return wire.result_ok(reply.encode())
         case UserCreated(user):
             return wire.result_ok(user_details(user).encode())
+        case TokenCreated(token_hash):
+            return wire.result_ok(token_hash)
 
 
 # =======================================================================================
@@ -336,6 +342,16 @@ class MetadataMachine:
     def get_users(self, session: int) -> bytes:
         self._require(session, Action.READ_USERS)
         return wire.Users(tuple(_user_info(u) for u in self.state.users())).encode()
+
+    def get_personal_access_tokens(self, session: int) -> bytes:
+        """The caller's own tokens, by name, with their expiry (0: never), as Iggy lists
+        them; never another user's, whatever the caller's permissions."""
+        return wire.PersonalAccessTokens(
+            tuple(
+                wire.PersonalAccessTokenInfo(t.name, t.expiry_at_us or 0)
+                for t in self.state.personal_access_tokens(session)
+            )
+        ).encode()
 
     def get_me(self, session: int, transport: int, address: str) -> bytes:
         info = self.state.session(session)

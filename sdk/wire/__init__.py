@@ -36,7 +36,7 @@ Theory of operation, both directions of one connection::
 
 Modules: ``codes`` (numbers), ``header`` (256-byte headers), ``framing`` (frame
 decoder and builders), ``primitives`` (shared encodings), ``batch`` (message batch),
-``system``, ``metadata``, ``messages`` and ``users`` (payloads), ``commands`` (registry,
+``system``, ``metadata``, ``messages``, ``users`` and ``tokens`` (payloads), ``commands`` (registry,
 result framing, whole-frame reading), ``errors``.
 """
 
@@ -195,6 +195,16 @@ from sdk.wire.system import (
     PollRoute,
     Stats,
 )
+from sdk.wire.tokens import (
+    EXPIRY_NEVER,
+    EXPIRY_SERVER_DEFAULT,
+    CreatePersonalAccessToken,
+    LoginRegisterWithPat,
+    PersonalAccessTokenInfo,
+    PersonalAccessTokenRef,
+    PersonalAccessTokens,
+    RawPersonalAccessToken,
+)
 from sdk.wire.users import (
     ChangePassword,
     CreateUser,
@@ -322,6 +332,14 @@ __all__ = [
     "GroupRef",
     "LoginRegister",
     "LoginRegisterReply",
+    "LoginRegisterWithPat",
+    "CreatePersonalAccessToken",
+    "PersonalAccessTokenInfo",
+    "PersonalAccessTokenRef",
+    "PersonalAccessTokens",
+    "RawPersonalAccessToken",
+    "EXPIRY_NEVER",
+    "EXPIRY_SERVER_DEFAULT",
     "PartitionInfo",
     "PartitionsChange",
     "Permissions",

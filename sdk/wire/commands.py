@@ -102,6 +102,13 @@ from sdk.wire.system import (
     PollRoute,
     Stats,
 )
+from sdk.wire.tokens import (
+    CreatePersonalAccessToken,
+    LoginRegisterWithPat,
+    PersonalAccessTokenRef,
+    PersonalAccessTokens,
+    RawPersonalAccessToken,
+)
 from sdk.wire.users import (
     ChangePassword,
     CreateUser,
@@ -207,6 +214,9 @@ RequestPayload: TypeAlias = (
     | UpdateUser
     | UpdatePermissions
     | ChangePassword
+    | CreatePersonalAccessToken
+    | PersonalAccessTokenRef
+    | LoginRegisterWithPat
 )
 
 ReplyPayload: TypeAlias = (
@@ -230,6 +240,8 @@ ReplyPayload: TypeAlias = (
     | PollRoute
     | UserDetails
     | Users
+    | RawPersonalAccessToken
+    | PersonalAccessTokens
 )
 
 

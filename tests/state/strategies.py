@@ -13,16 +13,19 @@ from broker.state.metadata import (
     Compression,
     CreateConsumerGroup,
     CreatePartitions,
+    CreatePersonalAccessToken,
     CreateStream,
     CreateTopic,
     CreateUser,
     DeleteConsumerGroup,
     DeletePartitions,
+    DeletePersonalAccessToken,
     DeleteStream,
     DeleteTopic,
     DeleteUser,
     Durability,
     EndSession,
+    ExpireTokens,
     Ident,
     JoinConsumerGroup,
     LeaveConsumerGroup,
@@ -49,6 +52,9 @@ STREAM_NAMES = ("a", "b", "c")
 TOPIC_NAMES = ("t", "u")
 GROUP_NAMES = ("g", "h")
 USERNAMES = ("alice", "bob", "carol")
+TOKEN_NAMES = ("ci-token", "deploy", "x")  # "x" is below Iggy's 3-byte minimum
+TOKEN_HASHES = tuple(bytes([i]) * 32 for i in range(4))
+TOKEN_EXPIRIES_US = (0, (1 << 64) - 1, 5, 50, 1_000_000)
 
 _T = TypeVar("_T")
 
@@ -165,6 +171,14 @@ commands: st.SearchStrategy[MetadataCommand] = st.one_of(
     st.builds(Register, st.integers(1, 4), st.integers(0, 3)),
     st.builds(Logout),
     st.builds(EndSession, st.integers(0, 5)),  # the n-th live session, see Step
+    st.builds(
+        CreatePersonalAccessToken,
+        st.sampled_from(TOKEN_NAMES),
+        st.sampled_from(TOKEN_EXPIRIES_US),
+        st.sampled_from(TOKEN_HASHES),
+    ),
+    st.builds(DeletePersonalAccessToken, st.sampled_from(TOKEN_NAMES)),
+    st.builds(ExpireTokens),
 )
 
 
