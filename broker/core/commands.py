@@ -2,8 +2,9 @@
 
 Purpose: a node answers some commands itself (PING, reads of committed metadata, facts of
 its own), proposes others to the metadata group or to one partition group, and gives a
-few their own path (a login checks a password off the event loop, a new password is
-hashed before it is proposed, an attach waits for metadata). :data:`ROUTES` says, as a
+few their own path (a login checks a password off the event loop or looks a token's hash
+up, a new password is hashed before it is proposed, a new access token is drawn by the
+node and only its hash proposed, an attach waits for metadata). :data:`ROUTES` says, as a
 table, which route each command takes; the functions below decide, against the node's
 committed metadata, what a write proposes and to which group, so the runtime and the
 simulator admit a request exactly alike.
@@ -19,8 +20,10 @@ Invariants:
 3. What a write proposes is a function of the request, the session it acts for and the
    committed metadata at admission (plus, for a balanced send, the node's own round-robin
    counter, local as in Iggy), so every driver proposes the same op for the same request.
-4. Pure: no clock, IO or task; the driver catches the ``StateError`` a decision raises and
-   answers it with the error's code.
+4. Pure: no clock, IO, randomness or task; the driver catches the ``StateError`` a decision
+   raises and answers it with the error's code. A new access token is drawn by the driver
+   and passed in (:func:`admit_create_token`); the raw token is handed to the client only
+   by :func:`token_reply`, never proposed, logged or cached.
 
 Theory of operation: the driver decodes the frame, checks the session
 (``broker.core.sessions``) and looks the command's route up in :data:`ROUTES`; its handler
@@ -42,8 +45,9 @@ from typing import Final
 
 from broker.core.capacity import beyond_capacity
 from broker.core.connections import ConnectionContext
-from broker.state.admission import metadata_command
+from broker.state.admission import create_token_command, metadata_command
 from broker.state.codec import OPERATION_BY_COMMAND, encode_command
+from broker.state.credentials import token_hash
 from broker.state.errors import ErrorCode, StateError
 from broker.state.metadata import MetadataCommand, MetadataState
 from broker.state.metadata_machine import MetadataMachine, StatsSource
@@ -65,7 +69,8 @@ class Route(enum.Enum):
     PING = "ping"
     """Answered at once, before any session check."""
     LOGIN = "login"
-    """A password check off the event loop, then a register proposed to the metadata group."""
+    """A password check off the event loop, or a token's hash looked up in committed
+    metadata, then the same register proposed to the metadata group."""
     METADATA_WRITE = "metadata write"
     """A metadata command, judged (:func:`admit_metadata_write`) and proposed."""
     LOGOUT = "logout"
@@ -74,6 +79,9 @@ class Route(enum.Enum):
     """A metadata write whose password is hashed (off the event loop) before it is proposed."""
     CHANGE_PASSWORD = "change password"
     """A metadata write that verifies the current password and hashes the new one first."""
+    CREATE_TOKEN = "create token"
+    """A metadata write of a token the node draws; only its hash is proposed, and the
+    committed reply gets the raw token (:func:`admit_create_token`, :func:`token_reply`)."""
     SEND = "send"
     """Messages, proposed to the partition group the send routes to (:func:`admit_send`)."""
     OFFSET_WRITE = "offset write"
@@ -97,12 +105,15 @@ ROUTES: Final[Mapping[CommandCode, Route]] = MappingProxyType(
     {
         CommandCode.PING: Route.PING,
         CommandCode.LOGIN_REGISTER: Route.LOGIN,
+        CommandCode.LOGIN_REGISTER_WITH_PAT: Route.LOGIN,
         CommandCode.LOGOUT_USER: Route.LOGOUT,
         CommandCode.CREATE_USER: Route.CREATE_USER,
         CommandCode.CHANGE_PASSWORD: Route.CHANGE_PASSWORD,
         CommandCode.DELETE_USER: Route.METADATA_WRITE,
         CommandCode.UPDATE_USER: Route.METADATA_WRITE,
         CommandCode.UPDATE_PERMISSIONS: Route.METADATA_WRITE,
+        CommandCode.CREATE_PERSONAL_ACCESS_TOKEN: Route.CREATE_TOKEN,
+        CommandCode.DELETE_PERSONAL_ACCESS_TOKEN: Route.METADATA_WRITE,
         CommandCode.CREATE_STREAM: Route.METADATA_WRITE,
         CommandCode.DELETE_STREAM: Route.METADATA_WRITE,
         CommandCode.UPDATE_STREAM: Route.METADATA_WRITE,
@@ -135,6 +146,7 @@ ROUTES: Final[Mapping[CommandCode, Route]] = MappingProxyType(
         CommandCode.SYNC_CONSUMER_GROUP: Route.METADATA_READ,
         CommandCode.GET_USER: Route.METADATA_READ,
         CommandCode.GET_USERS: Route.METADATA_READ,
+        CommandCode.GET_PERSONAL_ACCESS_TOKENS: Route.METADATA_READ,
         CommandCode.GET_ME: Route.NODE_READ,
         CommandCode.GET_CLIENT: Route.NODE_READ,
         CommandCode.GET_CLIENTS: Route.NODE_READ,
@@ -248,6 +260,49 @@ def committed_retry(
     return table.cached_reply(
         client_id, register=False, operation=denied.operation, request_checksum=checksum
     )
+
+
+@dataclass(frozen=True, slots=True)
+class TokenWrite:
+    """Propose ``write``; its committed reply is the client's once :func:`token_reply`
+    swapped in the raw token whose hash is ``token_hash``."""
+
+    write: MetadataWrite
+    token_hash: bytes
+
+
+def admit_create_token(
+    state: MetadataState,
+    request: wire.CreatePersonalAccessToken,
+    token: str,
+    session: int,
+) -> TokenWrite | Denied:
+    """A CREATE_PERSONAL_ACCESS_TOKEN for ``session``'s own user, with ``token`` (drawn by
+    the driver from the OS) as the new token: the command carries its hash only, so the
+    raw token never enters the log, a snapshot or a client table."""
+    hashed = token_hash(token)
+    write = admit_command(state, create_token_command(request, hashed), session)
+    if isinstance(write, Denied):
+        return write
+    return TokenWrite(write, hashed)
+
+
+def token_reply(body: bytes, hashed: bytes, token: str) -> bytes:
+    """The client's reply to a token creation whose committed reply is ``body``.
+
+    A committed creation names the hash it stored (``metadata_reply``). When that is the
+    hash of ``token``, this request created it: the client gets the raw token, once. A
+    success that names another hash is the cached reply of an earlier creation under the
+    same request number (a retry): its raw token was shown once and is gone, and ``token``
+    was never stored, so the retry is refused as Iggy refuses it, with
+    ``PERSONAL_ACCESS_TOKEN_ALREADY_EXISTS``: the name is taken by that creation. A
+    rejection passes through.
+    """
+    if body[: len(wire.RESULT_OK)] != wire.RESULT_OK:
+        return body
+    if body[len(wire.RESULT_OK) :] == hashed:
+        return wire.result_ok(wire.RawPersonalAccessToken(token).encode())
+    return wire.result_rejected(int(ErrorCode.PERSONAL_ACCESS_TOKEN_ALREADY_EXISTS))
 
 
 class Balancer:
@@ -406,6 +461,10 @@ def _get_users(m: MetadataMachine, p: wire.RequestPayload, s: int, st: StatsSour
     return m.get_users(s)
 
 
+def _get_tokens(m: MetadataMachine, p: wire.RequestPayload, s: int, st: StatsSource) -> bytes:
+    return m.get_personal_access_tokens(s)
+
+
 METADATA_READS: Final[Mapping[CommandCode, MetadataRead]] = MappingProxyType(
     {
         CommandCode.GET_STREAM: _get_stream,
@@ -417,6 +476,7 @@ METADATA_READS: Final[Mapping[CommandCode, MetadataRead]] = MappingProxyType(
         CommandCode.SYNC_CONSUMER_GROUP: _sync_group,
         CommandCode.GET_USER: _get_user,
         CommandCode.GET_USERS: _get_users,
+        CommandCode.GET_PERSONAL_ACCESS_TOKENS: _get_tokens,
     }
 )
 """The read of every command on :attr:`Route.METADATA_READ`."""

@@ -1,8 +1,9 @@
-"""The node's own requests: the root user at a first start, purges, auto-commits.
+"""The node's own requests: the root user at a first start, purges, auto-commits, expiry.
 
 Purpose: besides answering clients, a node proposes a few requests of its own through its
 system client: the root user when a new cluster has none, the truncation of a partition
-whose purge is committed, and the consumer offsets that auto-commit polls store. When each
+whose purge is committed, the consumer offsets that auto-commit polls store, and the
+removal of expired personal access tokens. When each
 is due, and which of several waiting auto-commits goes next, are decisions a test must be
 able to replay; the runtime only runs the system client's requests they name.
 
@@ -17,10 +18,16 @@ Invariants:
 3. Auto-commits of one partition are stored one request at a time, in the order their
    consumers first waited; a consumer that polls again before its offset was stored has
    only its newest offset stored (a poll never waits for its auto-commit).
-4. Pure: the driver says what the replicas and the metadata hold, and runs what it is told.
+4. Expired personal access tokens are removed by the metadata group's primary, through
+   one replicated ``ExpireTokens`` at a time, once the earliest committed expiry has
+   passed at the ``now`` the driver reads; the op removes what expired at its own
+   timestamp, so every replica removes the same tokens.
+5. Pure: the driver says what the replicas and the metadata hold and what time it is, and
+   runs what it is told.
 
-Theory of operation: the runtime's maintenance pass calls :func:`root_user_due` and
-``PurgesDue.due`` every ``MAINTENANCE_INTERVAL_S`` and starts a task for each answer; a
+Theory of operation: the runtime's maintenance pass calls :func:`root_user_due`,
+:func:`tokens_expiry_due` and ``PurgesDue.due`` every ``MAINTENANCE_INTERVAL_S`` and starts
+a task for each answer; a
 task ends with ``PurgesDue.finished``. An auto-commit poll calls ``AutoCommits.add``; when
 it says so, the driver starts the partition's runner, which stores ``AutoCommits.next``
 until it returns None.
@@ -40,6 +47,16 @@ Item = TypeVar("Item")
 def root_user_due(state: MetadataState, *, is_primary: bool, bootstrapping: bool) -> bool:
     """Whether this node should propose the root user now (invariant 1)."""
     return is_primary and not bootstrapping and state.root_user_id is None and not state.users()
+
+
+def tokens_expiry_due(
+    state: MetadataState, now_us: int, *, is_primary: bool, expiring: bool
+) -> bool:
+    """Whether this node should propose ``ExpireTokens`` now (invariant 4): it is the
+    primary, none is in flight, and a committed token has expired at ``now_us``. O(1):
+    the state keeps its earliest expiry."""
+    expiry = state.token_expiry_min_us
+    return is_primary and not expiring and expiry is not None and expiry <= now_us
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,11 +20,15 @@ Invariants:
 3. Passwords are verified against scrypt hashes in a worker thread and never logged or
    stored in clear; every new password (the root's, CREATE_USER's, CHANGE_PASSWORD's) is
    hashed here with a fresh salt before it is proposed, so only the hash is replicated.
-4. The node's own requests (the root user, auto-commit offsets, purges, ending the
-   session of a closed connection that logged in) go through a system client with its own
-   client id and session, one request at a time per group, so the client tables stay
-   exact. A connection that only carried a session (a client keeps one per node, all with
-   the same session) leaves it alone when it closes.
+   A new personal access token is drawn here from the OS and only its hash proposed; the
+   raw token goes to the client that asked, in the reply, and nowhere else. A token login
+   looks the token's hash up in committed metadata and proposes the same register as a
+   password login.
+4. The node's own requests (the root user, auto-commit offsets, purges, removing expired
+   access tokens, ending the session of a closed connection that logged in) go through a
+   system client with its own client id and session, one request at a time per group, so
+   the client tables stay exact. A connection that only carried a session (a client keeps
+   one per node, all with the same session) leaves it alone when it closes.
 5. Shutdown order: stop accepting, let connections finish the request in hand, stop the
    groups, sync and close every journal.
 6. A connection acts for another session only after ATTACH_CONSUMER_SESSION named a live
@@ -78,11 +82,13 @@ from broker.core.commands import (
     Route,
     acting_session,
     admit_command,
+    admit_create_token,
     admit_metadata_write,
     admit_offset_write,
     admit_poll,
     committed_retry,
     resync_reply,
+    token_reply,
 )
 from broker.core.connections import ConnectionContext, Response
 from broker.core.groups import (
@@ -100,7 +106,13 @@ from broker.core.identity import (
     request_checksum,
     stamped_checksum_valid,
 )
-from broker.core.maintenance import AutoCommits, PurgesDue, PurgeView, root_user_due
+from broker.core.maintenance import (
+    AutoCommits,
+    PurgesDue,
+    PurgeView,
+    root_user_due,
+    tokens_expiry_due,
+)
 from broker.core.reconcile import METADATA_GROUP, partition_group_id, reconcile
 from broker.core.refusals import refusal_line
 from broker.core.sessions import (
@@ -132,6 +144,7 @@ from broker.runtime.throttle import (
     TurnsBusy,
 )
 from broker.state.admission import (
+    authenticate_token,
     change_password_command,
     check_password,
     check_username,
@@ -145,6 +158,7 @@ from broker.state.metadata import (
     CreateRootUser,
     Durability,
     EndSession,
+    ExpireTokens,
     MetadataCommand,
     MetadataState,
     PartitionRef,
@@ -176,6 +190,7 @@ from sdk.wire import (
     build_eviction_frame,
     build_reply_frame,
     build_reply_frame_parts,
+    register_command_code,
     request_command_code,
     validate_request_header,
 )
@@ -207,6 +222,9 @@ server decide about codes it does not define; the official SDK sends such codes 
 ``send_binary_request``)."""
 SALT_SIZE_BYTES: Final = 16
 """Bytes of OS randomness drawn for each new password hash (on the node that proposes it)."""
+TOKEN_SIZE_BYTES: Final = 32
+"""Bytes of OS randomness in a new personal access token (256 bits; 43 URL-safe base64
+characters on the wire, within a name's 255 bytes)."""
 _LEGACY_LOGIN_CODES: Final = frozenset(
     {int(CommandCode.LOGIN_USER), int(CommandCode.LOGIN_WITH_PERSONAL_ACCESS_TOKEN)}
 )
@@ -286,6 +304,7 @@ class Node:
         self._autocommits: AutoCommits[tuple[PartitionRoute, int, int]] = AutoCommits()
         self._purges = PurgesDue()
         self._bootstrapping = False
+        self._expiring_tokens = False
         self.stopping = False
         self.connections = 0
         self.open_connections: set[Connection] = set()
@@ -557,6 +576,7 @@ class Node:
             await trio.sleep(MAINTENANCE_INTERVAL_S)
             self._maybe_bootstrap()
             self._maybe_purge()
+            self._maybe_expire_tokens()
 
     async def _bootstrap_alone(self) -> None:
         while True:
@@ -601,6 +621,27 @@ class Node:
                     )
         finally:
             self._bootstrapping = False
+
+    def _maybe_expire_tokens(self) -> None:
+        """Remove, as metadata primary, the tokens expired by now
+        (``broker.core.maintenance.tokens_expiry_due``)."""
+        machine = self.metadata.metadata
+        if machine is None or not tokens_expiry_due(
+            machine.state,
+            now_us(),
+            is_primary=self.metadata.is_primary,
+            expiring=self._expiring_tokens,
+        ):
+            return
+        self._expiring_tokens = True
+        assert self._nursery is not None
+        self._nursery.start_soon(self._expire_tokens)
+
+    async def _expire_tokens(self) -> None:
+        try:
+            await self.system.run(self.metadata, ExpireTokens())
+        finally:
+            self._expiring_tokens = False
 
     def _maybe_purge(self) -> None:
         """Truncate, as primary, each partition whose committed purge its state has not
@@ -829,10 +870,12 @@ class Node:
             return _status(header, IggyErrorCode.INVALID_COMMAND)
         if route is Route.PING:
             return _reply(header)
+        if route is Route.LOGIN:
+            code = register_command_code(frame.body)  # a password or a token login
         try:
             payload = COMMANDS[code].decode_request(frame.body)
         except ProtocolError as error:
-            if code is CommandCode.LOGIN_REGISTER:
+            if route is Route.LOGIN:
                 return _evict(header.client, EvictionReason.MALFORMED_LOGIN)
             if error.code is IggyErrorCode.INVALID_COMMAND and code in _OPTIONS_COMMANDS:
                 # A malformed options block (trailing bytes read as options): Iggy answers
@@ -846,8 +889,8 @@ class Node:
                 refusal="the stamped request_checksum does not match the body",
             )
         if route is Route.LOGIN:
-            assert isinstance(payload, wire.LoginRegister)
-            return await self._login(context, header, payload)
+            assert isinstance(payload, wire.LoginRegister | wire.LoginRegisterWithPat)
+            return await self._login(context, header, payload, frame)
         failure = await self._check_session(context, header)
         if failure is not None:
             return failure
@@ -948,7 +991,11 @@ class Node:
         return 1 << self.config.password_hash_cost_log2
 
     async def _login(
-        self, context: ConnectionContext, header: RequestHeader, login: wire.LoginRegister
+        self,
+        context: ConnectionContext,
+        header: RequestHeader,
+        login: wire.LoginRegister | wire.LoginRegisterWithPat,
+        frame: Frame,
     ) -> Response:
         if not is_protocol_compatible(login.protocol_version):
             return Response(
@@ -970,15 +1017,29 @@ class Node:
             return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
         host = context.address.rpartition(":")[0]
         throttle = self.login_throttle
-        failing = throttle.delay_s(host, trio.current_time()) > 0
-        waiting_max = HOST_LOGINS_WAITING_MAX if failing else None
-        try:
-            async with self._password_turns.turn(host, waiting_max=waiting_max):
-                user_or_refusal = await self._login_check(header, login, machine, host)
-        except TurnsBusy:
-            response = self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
-            refusal = "too many logins from this address wait for their password check"
-            return Response(response.parts, refusal=refusal)
+        if isinstance(login, wire.LoginRegisterWithPat):
+            user_or_refusal = self._token_check(header, login.token, machine, host)
+        else:
+            failing = throttle.delay_s(host, trio.current_time()) > 0
+            waiting_max = HOST_LOGINS_WAITING_MAX if failing else None
+            try:
+                async with self._password_turns.turn(host, waiting_max=waiting_max):
+                    user_or_refusal = await self._login_check(header, login, machine, host)
+            except TurnsBusy:
+                response = self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+                refusal = "too many logins from this address wait for their password check"
+                return Response(response.parts, refusal=refusal)
+            if isinstance(user_or_refusal, Response):
+                # As Iggy's server: a body that also reads as a token login (a token body
+                # with bytes appended) is tried as one once its password shape failed.
+                try:
+                    token_login = COMMANDS[CommandCode.LOGIN_REGISTER_WITH_PAT].decode_request(
+                        frame.body
+                    )
+                except ProtocolError:
+                    return user_or_refusal
+                assert isinstance(token_login, wire.LoginRegisterWithPat)
+                user_or_refusal = self._token_check(header, token_login.token, machine, host)
         if isinstance(user_or_refusal, Response):
             return user_or_refusal
         user = user_or_refusal
@@ -1044,6 +1105,22 @@ class Node:
             throttle.failed(host, trio.current_time())
             return _evict(header.client, EvictionReason.INVALID_CREDENTIALS)
         return user
+
+    def _token_check(
+        self, header: RequestHeader, token: str, machine: MetadataMachine, host: str
+    ) -> UserInfo | Response:
+        """A token login judged on committed metadata at this node's clock: the token's
+        user, or Iggy's eviction (InvalidToken for an unknown or expired token). A hash
+        lookup, no scrypt: a 256-bit token is not guessed, so no turn is taken, but a
+        failure still counts against the host as a failed password does."""
+        try:
+            register = authenticate_token(machine.state, header.client, token, now_us())
+        except StateError as error:
+            if error.code is ErrorCode.USER_INACTIVE:
+                return _evict(header.client, EvictionReason.USER_INACTIVE)
+            self.login_throttle.failed(host, trio.current_time())
+            return _evict(header.client, EvictionReason.INVALID_TOKEN)
+        return machine.state.user(register.user_id)
 
     async def _submit(
         self,
@@ -1121,6 +1198,7 @@ class Node:
             Route.LOGOUT: self._metadata_write,
             Route.CREATE_USER: self._create_user,
             Route.CHANGE_PASSWORD: self._change_password,
+            Route.CREATE_TOKEN: self._create_token,
             Route.SEND: self._send,
             Route.OFFSET_WRITE: self._offset_write,
             Route.ATTACH: self._attach,
@@ -1255,6 +1333,29 @@ class Node:
         if isinstance(write, Denied):
             return _status(header, write.status, refusal=write.refusal)
         outcome = await self._submit(self.metadata, header, checksum, write.operation, write.body)
+        return self._answer(context, self.metadata, header, outcome)
+
+    async def _create_token(
+        self,
+        context: ConnectionContext,
+        header: RequestHeader,
+        code: CommandCode,
+        request: wire.RequestPayload,
+        frame: Frame,
+    ) -> Response:
+        """Draw a token here from the OS, propose its hash, and give the client the raw
+        token in the committed reply (``broker.core.commands.token_reply``)."""
+        assert isinstance(request, wire.CreatePersonalAccessToken)
+        checksum = request_checksum(code, request, frame.body)
+        token = secrets.token_urlsafe(TOKEN_SIZE_BYTES)
+        admitted = admit_create_token(self._state(), request, token, header.session)
+        if isinstance(admitted, Denied):
+            return _status(header, admitted.status, refusal=admitted.refusal)
+        write = admitted.write
+        outcome = await self._submit(self.metadata, header, checksum, write.operation, write.body)
+        if isinstance(outcome, Replied):
+            body = token_reply(outcome.body, admitted.token_hash, token)
+            outcome = Replied(outcome.op, outcome.commit, outcome.view, body)
         return self._answer(context, self.metadata, header, outcome)
 
     # -- auto-commit polls and offset writes in a cluster ------------------------------------

@@ -475,6 +475,5 @@ def remove_group_dir(path: Path) -> None:
         log.warning("removed %s, but cannot sync its parent directory: %s", path, error)
 
 
-
 def _checkpoint_name(op: int) -> str:
     return f"{_CHECKPOINT_PREFIX}{op:020d}{_CHECKPOINT_SUFFIX}"

@@ -129,6 +129,7 @@ __all__ = [
     "is_result_framed",
     "read_reply",
     "read_request",
+    "register_command_code",
     "request_command_code",
     "result_ok",
     "result_rejected",
@@ -318,6 +319,14 @@ COMMANDS: Final[dict[CommandCode, CommandSpec]] = dict(
         _spec(CommandCode.CHANGE_PASSWORD, ChangePassword),
         _spec(CommandCode.LOGOUT_USER, Empty),
         _spec(CommandCode.LOGIN_REGISTER, LoginRegister, LoginRegisterReply),
+        _spec(CommandCode.LOGIN_REGISTER_WITH_PAT, LoginRegisterWithPat, LoginRegisterReply),
+        _spec(CommandCode.GET_PERSONAL_ACCESS_TOKENS, Empty, PersonalAccessTokens),
+        _spec(
+            CommandCode.CREATE_PERSONAL_ACCESS_TOKEN,
+            CreatePersonalAccessToken,
+            RawPersonalAccessToken,
+        ),
+        _spec(CommandCode.DELETE_PERSONAL_ACCESS_TOKEN, PersonalAccessTokenRef),
         _spec(CommandCode.POLL_MESSAGES, PollMessages, PollMessagesReply),
         # In a cluster the official SDK asks its node where an auto-commit poll must go
         # (103), attaches its session on that partition primary (14) and polls there (104).
@@ -371,8 +380,8 @@ def request_command_code(header: RequestHeader) -> CommandCode:
     if operation is Operation.NON_REPLICATED:
         raw = header.code
     elif operation is Operation.REGISTER:
-        # The body tells password and token logins apart; only the former is
-        # supported, so a token body fails to decode as a password login.
+        # The body tells password and token logins apart (``register_command_code``);
+        # the header alone names the password login.
         raw = CommandCode.LOGIN_REGISTER
     else:
         known = code_for_operation(operation)
@@ -389,6 +398,21 @@ def request_command_code(header: RequestHeader) -> CommandCode:
     return code
 
 
+def register_command_code(body: Buffer) -> CommandCode:
+    """Which login a register body is: ``LOGIN_REGISTER`` (40) when it reads as a password
+    login, else ``LOGIN_REGISTER_WITH_PAT`` (45) when it reads as a token login, else
+    ``LOGIN_REGISTER``, whose decoding then refuses it. Both travel as
+    ``Operation.REGISTER``; Iggy's server tells them apart the same way, the password
+    shape first."""
+    for code in (CommandCode.LOGIN_REGISTER, CommandCode.LOGIN_REGISTER_WITH_PAT):
+        try:
+            COMMANDS[code].decode_request(body)
+        except ProtocolError:
+            continue
+        return code
+    return CommandCode.LOGIN_REGISTER
+
+
 def read_request(frame: Frame) -> tuple[RequestHeader, CommandCode, RequestPayload]:
     """Parse a request frame as a server does: its header, command and typed payload
     (trailing bytes ignored, see :meth:`CommandSpec.decode_request`).
@@ -398,6 +422,8 @@ def read_request(frame: Frame) -> tuple[RequestHeader, CommandCode, RequestPaylo
     """
     header = frame.request_header()
     code = request_command_code(header)
+    if header.operation is Operation.REGISTER:
+        code = register_command_code(frame.body)
     return header, code, COMMANDS[code].decode_request(frame.body)
 
 

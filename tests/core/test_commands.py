@@ -14,25 +14,32 @@ from broker.core.commands import (
     PollAdmitted,
     Resync,
     Route,
+    TokenWrite,
     acting_session,
     admit_command,
+    admit_create_token,
     admit_metadata_write,
     admit_offset_write,
     admit_poll,
     committed_retry,
     resync_reply,
+    token_reply,
 )
 from broker.core.connections import ConnectionContext
 from broker.state.codec import decode_command
+from broker.state.credentials import token_hash
 from broker.state.errors import ErrorCode, StateError
 from broker.state.metadata import (
     CreateConsumerGroup,
+    CreatePersonalAccessToken,
     CreateStream,
     CreateTopic,
+    DeletePersonalAccessToken,
     EndSession,
     JoinConsumerGroup,
     Logout,
 )
+from broker.state.metadata_machine import MetadataMachine, PartitionStats
 from broker.state.partition import ConsumerKey, ConsumerKind
 from broker.state.partition_machine import STORE_USER
 from broker.state.permissions import Permissions, StreamPermissions
@@ -84,6 +91,7 @@ def test_every_command_of_the_codec_has_one_route_and_every_route_is_taken() -> 
                 Route.METADATA_WRITE,
                 Route.CREATE_USER,
                 Route.CHANGE_PASSWORD,
+                Route.CREATE_TOKEN,
             ), code
 
 
@@ -239,3 +247,52 @@ def test_a_retry_of_a_committed_write_that_admission_refuses_gets_its_committed_
     assert (
         committed_retry(table, 41, 3, 2, Denied(int(ErrorCode.TOPIC_ID_NOT_FOUND)), digest) is None
     )
+
+
+def test_a_token_creation_proposes_only_the_hash_of_the_token_the_driver_drew() -> None:
+    driver, reader = _world()
+    request = wire.CreatePersonalAccessToken("ci-token", 0)
+    admitted = admit_create_token(driver.state, request, "raw-secret-token", reader)
+    assert isinstance(admitted, TokenWrite)
+    write = admitted.write
+    assert write.operation == int(Operation.CREATE_PERSONAL_ACCESS_TOKEN)
+    assert admitted.token_hash == token_hash("raw-secret-token")
+    assert decode_command(write.operation, write.body) == CreatePersonalAccessToken(
+        "ci-token", 0, admitted.token_hash
+    )
+    assert b"raw-secret-token" not in write.body  # never in the log
+    nobody = admit_create_token(driver.state, request, "raw-secret-token", 12345)
+    assert isinstance(nobody, Denied) and nobody.status == int(ErrorCode.UNAUTHENTICATED)
+
+
+def test_a_token_creation_reply_carries_the_raw_token_once_and_a_replay_is_refused() -> None:
+    hashed = token_hash("mine")
+    created = wire.result_ok(hashed)  # what the committed creation of "mine" replies
+    mine = token_reply(created, hashed, "mine")
+    raw = wire.split_result(Operation.CREATE_PERSONAL_ACCESS_TOKEN, mine)
+    assert wire.RawPersonalAccessToken.decode(raw) == wire.RawPersonalAccessToken("mine")
+    # A retry drew another token, but the client table answered the first creation.
+    replayed = token_reply(created, token_hash("retry"), "retry")
+    assert replayed == wire.result_rejected(int(ErrorCode.PERSONAL_ACCESS_TOKEN_ALREADY_EXISTS))
+    assert b"retry" not in replayed
+    rejected = wire.result_rejected(int(ErrorCode.PERSONAL_ACCESS_TOKEN_ALREADY_EXISTS))
+    assert token_reply(rejected, hashed, "mine") == rejected
+
+
+def test_token_reads_and_deletes_go_through_the_table_for_the_callers_own_tokens() -> None:
+    driver, reader = _world()
+    driver.as_root(CreatePersonalAccessToken("deploy", 0, token_hash("root's")))
+    machine = MetadataMachine(driver.state)
+    read = METADATA_READS[CommandCode.GET_PERSONAL_ACCESS_TOKENS]
+    assert read(machine, wire.Empty(), reader, lambda *_: PartitionStats()) == b""
+    listed = read(machine, wire.Empty(), driver.root_session, lambda *_: PartitionStats())
+    assert wire.PersonalAccessTokens.decode(listed).tokens == (
+        wire.PersonalAccessTokenInfo("deploy", 0),
+    )
+    delete = wire.PersonalAccessTokenRef("deploy")
+    code = CommandCode.DELETE_PERSONAL_ACCESS_TOKEN
+    assert ROUTES[code] is Route.METADATA_WRITE
+    write = admit_metadata_write(driver.state, code, delete, reader, None)
+    assert isinstance(write, MetadataWrite)
+    assert write.command == DeletePersonalAccessToken("deploy")  # acts for the reader's user
+    assert ROUTES[CommandCode.LOGIN_REGISTER_WITH_PAT] is Route.LOGIN

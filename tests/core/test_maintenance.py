@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
-from broker.core.maintenance import AutoCommits, PurgesDue, PurgeView, root_user_due
-from broker.state.metadata import CreateStream, Durability, MetadataState, PartitionRef
+from broker.core.maintenance import (
+    AutoCommits,
+    PurgesDue,
+    PurgeView,
+    root_user_due,
+    tokens_expiry_due,
+)
+from broker.state.credentials import token_hash
+from broker.state.metadata import (
+    CreatePersonalAccessToken,
+    CreateStream,
+    Done,
+    Durability,
+    ExpireTokens,
+    MetadataState,
+    PartitionRef,
+)
 from tests.state.helpers import Driver, driver_with_root
 
 
@@ -63,3 +78,20 @@ def test_auto_commits_run_one_at_a_time_and_keep_each_consumers_newest_offset() 
     assert commits.add(3, "b", 21)
     assert [commits.next(3), commits.next(3), commits.next(3)] == [12, 21, None]
     assert commits.next(4) == 99
+
+
+def test_expired_tokens_are_removed_by_the_primary_once_the_earliest_expiry_passed() -> None:
+    driver = driver_with_root()
+    driver.as_root(CreatePersonalAccessToken("short", 100, token_hash("a")))
+    driver.as_root(CreatePersonalAccessToken("never", 0, token_hash("b")))
+    expiry = 1_000 + 10 * (driver.op - 1) + 100
+    state = driver.state
+    assert not tokens_expiry_due(state, expiry - 1, is_primary=True, expiring=False)
+    assert tokens_expiry_due(state, expiry, is_primary=True, expiring=False)
+    assert not tokens_expiry_due(state, expiry, is_primary=False, expiring=False)
+    assert not tokens_expiry_due(state, expiry, is_primary=True, expiring=True)  # one at a time
+    # The op removes what expired at its own timestamp; then nothing is due any more.
+    driver.op = expiry  # the driver stamps 1_000 + 10 * op: well past the expiry
+    assert driver.apply(ExpireTokens()) == Done()
+    assert not tokens_expiry_due(state, 1 << 63, is_primary=True, expiring=False)
+    assert [t.name for t in state.personal_access_tokens(driver.root_session)] == ["never"]

@@ -30,6 +30,7 @@ from sdk.wire import (
     ConsumerOffsetInfo,
     ConsumerSessionAttachment,
     CreateConsumerGroup,
+    CreatePersonalAccessToken,
     CreateStream,
     CreateTopic,
     CreateUser,
@@ -43,6 +44,7 @@ from sdk.wire import (
     Identifier,
     LoginRegister,
     LoginRegisterReply,
+    LoginRegisterWithPat,
     MessagesKey,
     OptionDescriptor,
     OptionEntry,
@@ -53,11 +55,15 @@ from sdk.wire import (
     Partitioning,
     PartitionsChange,
     Permissions,
+    PersonalAccessTokenInfo,
+    PersonalAccessTokenRef,
+    PersonalAccessTokens,
     PollingKind,
     PollingStrategy,
     PollMessages,
     PollMessagesReply,
     PollRoute,
+    RawPersonalAccessToken,
     ReplyPayload,
     RequestPayload,
     SendConfirmation,
@@ -425,6 +431,22 @@ change_passwords = st.builds(ChangePassword, identifiers, passwords, passwords)
 user_infos = st.builds(UserInfo, U32, U64, user_statuses, names, option_lists())
 user_details = st.builds(UserDetails, user_infos, st.none() | permission_sets())
 users_lists = st.lists(user_infos, max_size=3).map(tuple).map(Users)
+token_logins = st.builds(
+    LoginRegisterWithPat,
+    token=st.text(max_size=30).filter(lambda text: len(text.encode("utf-8")) <= 255),
+    sdk_name=names,
+    sdk_version=names,
+    protocol_version=U32,
+    context=st.text(max_size=16),
+)
+create_tokens = st.builds(CreatePersonalAccessToken, names, U64)
+token_refs = st.builds(PersonalAccessTokenRef, names)
+token_lists = (
+    st.lists(st.builds(PersonalAccessTokenInfo, names, U64), max_size=3)
+    .map(tuple)
+    .map(PersonalAccessTokens)
+)
+raw_tokens = st.builds(RawPersonalAccessToken, names)
 
 REQUESTS: dict[CommandCode, st.SearchStrategy[RequestPayload]] = {
     CommandCode.PING: st.just(Empty()),
@@ -473,6 +495,10 @@ REQUESTS: dict[CommandCode, st.SearchStrategy[RequestPayload]] = {
     CommandCode.UPDATE_USER: update_users,
     CommandCode.UPDATE_PERMISSIONS: update_permissions,
     CommandCode.CHANGE_PASSWORD: change_passwords,
+    CommandCode.LOGIN_REGISTER_WITH_PAT: token_logins,
+    CommandCode.GET_PERSONAL_ACCESS_TOKENS: st.just(Empty()),
+    CommandCode.CREATE_PERSONAL_ACCESS_TOKEN: create_tokens,
+    CommandCode.DELETE_PERSONAL_ACCESS_TOKEN: token_refs,
 }
 
 REPLIES: dict[CommandCode, st.SearchStrategy[ReplyPayload]] = {
@@ -522,6 +548,10 @@ REPLIES: dict[CommandCode, st.SearchStrategy[ReplyPayload]] = {
     CommandCode.UPDATE_USER: st.just(Empty()),
     CommandCode.UPDATE_PERMISSIONS: st.just(Empty()),
     CommandCode.CHANGE_PASSWORD: st.just(Empty()),
+    CommandCode.LOGIN_REGISTER_WITH_PAT: login_replies,
+    CommandCode.GET_PERSONAL_ACCESS_TOKENS: token_lists,
+    CommandCode.CREATE_PERSONAL_ACCESS_TOKEN: raw_tokens,
+    CommandCode.DELETE_PERSONAL_ACCESS_TOKEN: st.just(Empty()),
 }
 
 assert set(REQUESTS) == set(COMMANDS) == set(REPLIES), "a command without strategies"

@@ -222,7 +222,7 @@ def _raw_request(operation: Operation, code: int = 0, body: bytes = b"") -> memo
         (Operation.NON_REPLICATED, 9999),  # not a command
         (Operation.NON_REPLICATED, CommandCode.FLUSH_UNSAVED_BUFFER),  # not supported here
         (Operation.NON_REPLICATED, CommandCode.CREATE_STREAM),  # a write sent as a read
-        (Operation.CREATE_PERSONAL_ACCESS_TOKEN, 0),  # replicated, not supported here
+        (Operation.DELETE_SEGMENTS, 0),  # replicated, not supported here
         (Operation.TRUNCATE_PARTITION, 0),  # server-internal
     ],
 )

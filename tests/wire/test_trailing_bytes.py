@@ -59,6 +59,10 @@ TRAILING: Final[dict[CommandCode, IggyErrorCode | None]] = {
     CommandCode.CHANGE_PASSWORD: _IGNORED,
     CommandCode.LOGOUT_USER: _IGNORED,
     CommandCode.LOGIN_REGISTER: _IGNORED,
+    CommandCode.LOGIN_REGISTER_WITH_PAT: _IGNORED,
+    CommandCode.GET_PERSONAL_ACCESS_TOKENS: _IGNORED,
+    CommandCode.CREATE_PERSONAL_ACCESS_TOKEN: _IGNORED,
+    CommandCode.DELETE_PERSONAL_ACCESS_TOKEN: _IGNORED,
     CommandCode.POLL_MESSAGES: _IGNORED,
     CommandCode.POLL_ROUTING: _IGNORED,  # ours; Iggy's general rule
     CommandCode.POLL_PRIMARY: _IGNORED,  # ours; Iggy's general rule
@@ -162,7 +166,12 @@ def test_request_frame_given_trailing_bytes_reads_as_the_server_reads_its_body(
     payload = data.draw(REQUESTS[code])
     trailing = b"\x00" * data.draw(st.integers(1, 8))  # kind 0: never an options block
     frame = build_request_frame(code, payload.encode() + trailing, client=7, session=1, request=1)
-    if TRAILING[code] is None:
+    if code is CommandCode.LOGIN_REGISTER_WITH_PAT:
+        # A token body with bytes appended may also read as a password login (the token
+        # as the username); the shape alone cannot tell, so the server tries the password
+        # first and then the token, as Iggy's does (``register_command_code``).
+        assert COMMANDS[code].decode_request(frame[256:]) == payload
+    elif TRAILING[code] is None:
         assert read_request(decode_frame(frame))[1:] == (code, payload)
     else:
         with pytest.raises(ProtocolError) as refused:
