@@ -20,19 +20,32 @@ Invariants:
    conclude that no such register was committed.
 4. A session that does not exist, or that another client id opened, evicts the client
    (``NoSession``): the client must log in again.
-5. Pure: what the node knows is passed in; nothing here waits or reads a clock.
+5. A login binds its connection to the session it was answered with; the connection
+   *registered* that session only if its op is above every op the node knew of when it
+   submitted the register (a new register's op comes after; a repeated register of a live
+   session is answered with an older one, and the connection merely joins it).
+6. When a connection closes, only the session it registered is ended, and only while it
+   is still live: connections that joined it leave it to the client's other connections.
+   A logout unbinds its connection; a process that ends (crash, restart, shutdown) ends
+   no session.
+7. Pure: what the node knows is passed in; nothing here waits or reads a clock.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 from broker.core.connections import ConnectionContext
 from broker.core.reconcile import METADATA_GROUP
 from broker.state.errors import ErrorCode, StateError
 from broker.state.metadata import SessionInfo
 from sdk.wire import EvictionReason, IggyErrorCode
+
+SYSTEM_USER_ID: Final = 0xFFFF_FFFF
+"""The user id a node's system client registers as: none exists, so the register opens a
+client-table entry (a session for system commands) but no user session."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,3 +123,35 @@ def check_session(
     if info.client_id != client_id:
         return SessionEvicted(EvictionReason.NO_SESSION, "the session is another client id's")
     return SessionOk()
+
+
+def logged_in(
+    context: ConnectionContext, client_id: int, session: int, *, known_before: int
+) -> None:
+    """A login on ``context``'s connection was answered with ``session``; ``known_before``
+    is the last op the node's metadata log held when it submitted the register
+    (invariant 5)."""
+    context.client_id = client_id
+    context.bound_session = session
+    if session > known_before:
+        context.registered_session = session
+    context.saw(METADATA_GROUP, session)
+
+
+def logged_out(context: ConnectionContext) -> None:
+    """A logout on ``context``'s connection committed: it acts in no session any more."""
+    context.registered_session = 0
+    context.bound_session = 0
+
+
+def session_to_end(context: ConnectionContext, lookup: Callable[[int], SessionInfo]) -> int:
+    """The session to end now that ``context``'s connection closed, or 0 (invariant 6);
+    ``lookup`` as ``MetadataView.lookup``."""
+    session = context.registered_session
+    if not session:
+        return 0
+    try:
+        lookup(session)
+    except StateError:
+        return 0
+    return session

@@ -116,12 +116,16 @@ from broker.core.maintenance import (
 from broker.core.reconcile import METADATA_GROUP, partition_group_id, reconcile
 from broker.core.refusals import refusal_line
 from broker.core.sessions import (
+    SYSTEM_USER_ID,
     MetadataView,
     SessionEvicted,
     SessionOk,
     SessionRefused,
     SessionWait,
     check_session,
+    logged_in,
+    logged_out,
+    session_to_end,
 )
 from broker.runtime.config import Config, parse_address
 from broker.runtime.disk import DiskGuard
@@ -213,9 +217,6 @@ METADATA_CLIENTS_MAX: Final = SESSIONS_MAX
 """Client table entries of the metadata group: one per possible session."""
 PARTITION_CLIENTS_MAX: Final = 1024
 """Client table entries of a partition group (producers deduplicated per partition)."""
-SYSTEM_USER_ID: Final = 0xFFFF_FFFF
-"""The user id the system client registers as: none exists, so the register opens a
-client-table entry (a session for system commands) but no user session."""
 RUNTIME_STATS_CODE: Final = 9000
 """A non-replicated command code of ours: the per-group counters as JSON (Iggy lets a
 server decide about codes it does not define; the official SDK sends such codes through
@@ -554,18 +555,15 @@ class Node:
         self.connections -= 1
         if self.connections == 0:
             self._connections_idle.set()
-        session = context.registered_session
         machine = self.metadata.metadata
-        if session and machine is not None and not self.stopping:
-            try:
-                machine.state.session(session)
-            except StateError:
-                return
-            # The connection that logged in is gone: end its session so its consumer
-            # groups rebalance. A connection that only carried the session does not get
-            # here: the client may still use it on its other connections.
-            if self._nursery is not None:
-                self._nursery.start_soon(self.system.run, self.metadata, EndSession(session))
+        if machine is None or self.stopping:
+            return
+        # The connection that logged in is gone: end its session so its consumer groups
+        # rebalance. A connection that only carried the session ends none: the client
+        # may still use it on its other connections.
+        session = session_to_end(context, machine.state.session)
+        if session and self._nursery is not None:
+            self._nursery.start_soon(self.system.run, self.metadata, EndSession(session))
 
     async def _ticker(self) -> None:
         # Only the groups due on a tick are woken (``GroupTicker``): an idle one costs none.
@@ -1069,14 +1067,9 @@ class Node:
                     else EvictionReason.INVALID_CREDENTIALS
                 )
                 return _evict(header.client, reason)
-            context.client_id = header.client
-            context.bound_session = outcome.op
-            # A login that repeated the register of a live session joins it (its op is
-            # one this replica knew of before: a new register's op comes after), and the
+            # A login that repeated the register of a live session joins it, and the
             # connection that opened it ends it when it closes, not this one.
-            if outcome.op > known_before:
-                context.registered_session = outcome.op
-            context.saw(METADATA_GROUP, outcome.op)
+            logged_in(context, header.client, outcome.op, known_before=known_before)
         elif isinstance(outcome, Refused) and outcome.status == CLIENT_ID_TAKEN_STATUS:
             return _evict(
                 header.client, EvictionReason.SESSION_ERROR, "the client id is another user's"
@@ -1239,8 +1232,7 @@ class Node:
             return self._answer(context, self.metadata, header, replied)
         outcome = await self._submit(self.metadata, header, checksum, write.operation, write.body)
         if code is CommandCode.LOGOUT_USER and isinstance(outcome, Replied):
-            context.registered_session = 0
-            context.bound_session = 0
+            logged_out(context)
         return self._answer(context, self.metadata, header, outcome)
 
     async def _send(
