@@ -38,7 +38,12 @@ Properties (Jepsen's names in brackets, ``reference/vsr.md`` §4.2):
    one owner, and every node sees the same assignment for that generation.
 10. ``deleted``: a poll of a deleted topic, on the connection that was told of the
    deletion, is refused with topic-not-found: its messages are never served again.
-11. ``converged`` (at the end): after healing, every replica of every group that still
+11. ``session``: a node admits a request (past the session check) only under a session
+   that was a live session of the request's client id in the metadata it had applied:
+   never one that ended (a closed connection's, a logout's, one a new login replaced).
+   The metadata model also demands that a committed command under an ended session is
+   refused as not logged in, never applied.
+12. ``converged`` (at the end): after healing, every replica of every group that still
    exists holds every op ever committed [lost-write of a whole committed suffix].
 
 Liveness (every pending request finishes in the healed phase) is judged by the world,
@@ -295,6 +300,22 @@ class Checkers:
                     f"generation {group.generation} is {assignment}, another node had "
                     f"{first}",
                 )
+
+    def on_admitted(self, node: int, client_id: int, session: int, metadata_op: int) -> None:
+        """``node`` passed a request of ``client_id`` under ``session`` through its session
+        check with metadata applied up to ``metadata_op``."""
+        model = self.metadata_model
+        if self.modelled.get(METADATA_GROUP, 0) < metadata_op:
+            return  # not fed that far yet (cannot happen: the node applied those ops)
+        if not model.session_live_at(session, client_id, metadata_op):
+            ended = model.ended_at.get(session)
+            raise CheckFailed(
+                "correctness",
+                "session",
+                f"node {node} admitted a request of client {client_id:#x} under session "
+                f"{session} at metadata op {metadata_op}; the session "
+                + ("was never opened" if ended is None else f"ended at op {ended}"),
+            )
 
     # Client reporter ---------------------------------------------------------------------
 

@@ -12,7 +12,10 @@ Invariants:
    may have moved), and after an admission error (a lagging node). A send is therefore
    never re-submitted under a new request number, which is what makes exactly-once
    checkable. A consensus session error abandons the request (it may or may not have been
-   applied) and the client registers again.
+   applied) and the client registers again. A login is the one request a client sends
+   beside its outstanding one: the login that opened its session, repeated on a
+   connection that refused a request as not logged in there (40), so that connection joins
+   the session (the client table answers it with the same session while it lives).
 3. Every random choice comes from the client's own stream; a client never reads the
    cluster's state directly, only replies.
 4. A *number reuser* (``WorkloadOptions.number_reusers``) numbers its partition requests
@@ -21,6 +24,8 @@ Invariants:
    they stay exactly-once; its other requests under one number are each applied. A reply
    is taken for the pending request only if it names that request's identity digest
    (or none: an admission error).
+5. A producer or consumer closes a connection or logs out only between two operations,
+   and never the connection a read-back it still owes must use.
 
 Theory of operation: each client is a little state machine ticked by the world. The
 *operator* bootstraps the cluster as the runtime does on first start (a system register,
@@ -29,7 +34,11 @@ client then logs in (``LOGIN_REGISTER``) and runs its script: producers send bat
 uniquely identified messages to chosen partitions; consumers poll partitions from their
 own position, store consumer offsets, join and now and then leave the consumer group
 (polling as its member half the time while joined); every client may create a few
-streams of its own. In the healed phase no new operation starts.
+streams of its own. Between two operations a producer or consumer now and then closes its
+connection to a node (which ends the session if that connection registered it) or logs out
+(``LOGOUT_USER``) and logs in again. A client logs in on one node; any other node it
+reaches refuses it as not logged in on that connection until it repeats its login there.
+In the healed phase no new operation starts.
 """
 
 from __future__ import annotations
@@ -82,6 +91,7 @@ class Kind(enum.Enum):
     CREATE_PARTITION = "create_partition"
     DELETE_PARTITION = "delete_partition"
     DELETE_TOPIC = "delete_topic"
+    LOGOUT = "logout"
 
 
 #: Kinds answered from committed local state, not through consensus.
@@ -95,6 +105,7 @@ CHURN: Final = (
     Kind.POLL_DELETED,
 )
 TRANSIENT: Final = int(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+UNAUTHENTICATED: Final = int(IggyErrorCode.UNAUTHENTICATED)
 
 
 @dataclass(slots=True)
@@ -183,6 +194,13 @@ class Client:
     #: Which node answered a replicated request of each group last: the likely primary.
     primary_hint: dict[tuple[int, int], int] = field(default_factory=dict)
     outbox: list[tuple[int, ClientRequest]] = field(default_factory=list)
+    #: The login that opened the current session: repeated on a connection that has not
+    #: joined it (invariant 2).
+    login: ClientRequest | None = None
+    #: Nodes whose connection this client closed this tick (the world tells them).
+    closes: list[int] = field(default_factory=list)
+    logouts: int = 0
+    connections_closed: int = 0
     completed: int = 0
     abandoned: int = 0
 
@@ -207,13 +225,30 @@ class Client:
             return
         if self.finishing or tick < self.ready_tick:
             return
-        made = self._next_operation()
+        made = self._logout() if self._between_operations() else self._next_operation()
         if made is None:
             return
         made.sent_tick = tick
         made.checksum = _identity(made.request)
         self.pending = made
         self._transmit(tick, made, broadcast=False)
+
+    def _between_operations(self) -> bool:
+        """Now and then close a connection, or log out (invariant 5); True when a logout
+        was made the next operation."""
+        if self.role is Role.OPERATOR or self.step < 7 or self.read_back_due is not None:
+            return False
+        workload = self.options.workload
+        roll = self.prng.random()
+        if roll < workload.connection_closes:
+            self.closes.append(self.prng.randrange(self.options.node_count))
+            self.connections_closed += 1
+            return False
+        return roll < workload.connection_closes + workload.logouts
+
+    def _logout(self) -> Pending:
+        request = self._request(CommandCode.LOGOUT_USER, b"")
+        return Pending(Kind.LOGOUT, METADATA_ROUTE, request, 0)
 
     def _request(self, code: int, payload: bytes, *, session: int | None = None) -> ClientRequest:
         partition_plane = code in (CommandCode.SEND_MESSAGES, CommandCode.STORE_CONSUMER_OFFSET)
@@ -521,8 +556,28 @@ class Client:
             hint = self.prng.randrange(nodes)  # a backup forwards it to the primary
         self.outbox.append((hint, pending.request))
 
+    def _session_lost(self) -> None:
+        self.session = 0
+        self.login = None
+        self.step = 0 if self.role is Role.OPERATOR and self.step < 3 else 3
+
     def on_reply(self, tick: int, node: int, reply: ClientReply) -> None:
         pending = self.pending
+        login = self.login
+        if login is not None and reply.request == login.request and reply.op:
+            if reply.op != self.session and not reply.error:
+                # A repeated login opened a new session: the one this client had ended
+                # (its connection closed). What was pending under it may or may not have
+                # been applied: abandon it, and log in again.
+                if pending is not None:
+                    self.reporter.on_abandoned(self, pending)
+                    self.abandoned += 1
+                    self.pending = None
+                    if pending.kind in CHURN or pending.topic != TOPIC_ID:
+                        self.churns_left = 0
+                self._session_lost()
+            if pending is None or pending.kind is not Kind.LOGIN:
+                return
         if pending is None or reply.request != pending.request.request:
             return  # a duplicate, or the answer to an attempt we already got an answer to
         named = reply.request_checksum
@@ -538,7 +593,12 @@ class Client:
                 self.churns_left = 0  # where the churn stood is unknown: it ends here
             # Before the root user exists only a system session works: open a new one,
             # as the runtime's system client does when its session is lost.
-            self.step = 0 if self.role is Role.OPERATOR and self.step < 3 else 3
+            self._session_lost()
+            return
+        if reply.status == UNAUTHENTICATED and pending.kind is not Kind.LOGIN:
+            if self.login is not None:
+                self.outbox.append((node, self.login))  # join the session there
+            pending.retry_tick = tick + BACKOFF_TICKS
             return
         if reply.op == 0 and reply.status != 0 and pending.kind not in READS:
             # Refused before it entered the log (a lagging node, no topic yet): same
@@ -574,6 +634,7 @@ class Client:
         elif kind is Kind.LOGIN:
             if reply.body[:4] == wire.RESULT_OK[:4] and len(reply.body) > 4:
                 self.session = reply.op
+                self.login = pending.request
                 self.step = 4 if self.role is Role.OPERATOR else 7
             # A rejected login (the root user is not there yet) is simply tried again,
             # under a new request number: the register committed, nothing else did.
@@ -588,6 +649,12 @@ class Client:
             self.step = 7
         elif kind is Kind.JOIN_GROUP:
             self.joined = True
+        elif kind is Kind.LOGOUT:
+            self.logouts += 1
+            self.session = 0
+            self.login = None
+            self.joined = False  # the session's memberships ended with it
+            self.step = 3  # log in again
         elif kind is Kind.LEAVE_GROUP:
             # Left, or not a member any more (its session ended since it joined).
             self.joined = False

@@ -14,7 +14,10 @@ Invariants:
 
 Theory of operation: the metadata model keeps names and id counters of streams, topics
 and consumer groups, the op that created each partition (so the partition groups every
-node must host) and the users that exist; the partition model keeps the list of
+node must host), the users that exist and the sessions: which register opened each, for
+which client id, and which op ended it (a new register of the client id, a logout, a
+system ``EndSession``), so that a request under a session that ended is seen to be
+refused, and a node's admission under it can be judged; the partition model keeps the list of
 message ids by offset (so it also proves offsets dense and ids unique: Jepsen's
 inconsistent-offsets and duplicate) and answers consumer-offset stores.
 """
@@ -29,6 +32,7 @@ from broker.core.reconcile import partition_group_id
 from broker.state.codec import InternalOperation, decode_command
 from broker.state.errors import ErrorCode
 from broker.state.metadata import (
+    SESSIONS_PER_USER_MAX,
     CreateConsumerGroup,
     CreatePartitions,
     CreateRootUser,
@@ -36,8 +40,10 @@ from broker.state.metadata import (
     CreateTopic,
     DeletePartitions,
     DeleteTopic,
+    EndSession,
     JoinConsumerGroup,
     LeaveConsumerGroup,
+    Logout,
     Register,
 )
 from consensus.messages import Prepare
@@ -45,6 +51,7 @@ from sdk import wire
 from sdk.wire.codes import Operation
 
 _MEMBER_NOT_FOUND = int(ErrorCode.CONSUMER_GROUP_MEMBER_NOT_FOUND)
+_UNAUTHENTICATED = wire.result_rejected(int(ErrorCode.UNAUTHENTICATED))
 
 
 def _ok(reply: bytes) -> bool:
@@ -78,6 +85,29 @@ class MetadataModel:
         self.stream_next = 0
         self.topics_created = 0
         self.topics_deleted = 0
+        #: Every session a register opened (its op): its client id.
+        self.session_client: dict[int, int] = {}
+        #: The live session of each client id.
+        self.live: dict[int, int] = {}
+        #: The op that ended each ended session.
+        self.ended_at: dict[int, int] = {}
+        self.logins = 0
+        self.logouts = 0
+        self.sessions_closed = 0
+
+    def session_live_at(self, session: int, client_id: int, op: int) -> bool:
+        """Whether ``session`` was a live session of ``client_id`` once op ``op`` applied
+        (the model must have been fed that far)."""
+        return (
+            session <= op
+            and self.session_client.get(session) == client_id
+            and self.ended_at.get(session, op + 1) > op
+        )
+
+    def _end(self, session: int, op: int) -> None:
+        client_id = self.session_client[session]
+        del self.live[client_id]
+        self.ended_at[session] = op
 
     def partition_groups(self) -> tuple[int, ...]:
         """The group id of every partition that exists, ascending: what every node must
@@ -120,7 +150,45 @@ class MetadataModel:
                 registered = wire.LoginRegisterReply.decode(payload)
                 if registered.session != header.op or registered.user_id != command.user_id:
                     return f"register answered session {registered.session}, op is {header.op}"
+                previous = self.live.get(command.client_id)
+                if previous is not None:
+                    self._end(previous, header.op)  # a new login ends the client's last
+                if len(self.live) >= SESSIONS_PER_USER_MAX:
+                    return "the model does not follow sessions ended by the per-user bound"
+                self.session_client[header.op] = command.client_id
+                self.live[command.client_id] = header.op
+                self.logins += 1
             return problem
+        if isinstance(command, EndSession):
+            client_id = self.session_client.get(command.session)
+            expect_ok = client_id is not None and self.live.get(client_id) == command.session
+            problem = _expect(expect_ok, reply, f"end session {command.session}")
+            if problem is None and expect_ok:
+                self._end(command.session, header.op)
+                self.sessions_closed += 1
+            return problem
+        internal = header.operation in tuple(int(op) for op in InternalOperation)
+        if (
+            not internal
+            and not isinstance(command, CreateRootUser)
+            and self.live.get(header.client_id) != header.session
+        ):
+            # A client's command under a session that is not live (ended, or never
+            # opened): it must be refused as not logged in, never applied.
+            ended = self.ended_at.get(header.session)
+            # (A logout's reply carries nothing, whatever its outcome.)
+            if reply != (b"" if isinstance(command, Logout) else _UNAUTHENTICATED):
+                return (
+                    f"op {header.op} of client {header.client_id:#x} under session "
+                    f"{header.session} (ended at op {ended}) was applied: {reply[:12]!r}"
+                )
+            return None
+        if isinstance(command, Logout):
+            if reply != b"":
+                return f"logout answered {reply[:12]!r}: a logout's reply carries nothing"
+            self._end(header.session, header.op)
+            self.logouts += 1
+            return None
         if isinstance(command, CreateStream):
             expect_ok = command.name not in self.streams
             problem = _expect(expect_ok, reply, f"create stream {command.name!r}")

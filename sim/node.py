@@ -76,16 +76,37 @@ from broker.core.groups import (
 from broker.core.identity import internal_checksum, register_checksum, request_checksum
 from broker.core.reads import readable
 from broker.core.reconcile import METADATA_GROUP, reconcile
+from broker.core.sessions import (
+    SYSTEM_USER_ID,
+    MetadataView,
+    SessionEvicted,
+    SessionOk,
+    SessionRefused,
+    SessionWait,
+    check_session,
+    logged_in,
+    logged_out,
+    session_to_end,
+)
 from broker.state.admission import authenticate
 from broker.state.codec import encode_command
 from broker.state.errors import ErrorCode, StateError
-from broker.state.metadata import ConsumerGroupInfo, Durability, MetadataState, PartitionRef
+from broker.state.metadata import (
+    ConsumerGroupInfo,
+    Durability,
+    EndSession,
+    MetadataCommand,
+    MetadataState,
+    PartitionRef,
+    Register,
+)
 from broker.state.metadata_machine import MetadataMachine
 from broker.state.partition_machine import PartitionMachine
 from consensus.config import ReplicaConfig
 from consensus.events import (
     Action,
     AppendToJournal,
+    ClientError,
     Event,
     PrepareSynced,
     PrepareWritten,
@@ -146,6 +167,8 @@ class Observer(Protocol):
         self, node: int, metadata_op: int, groups: tuple[ConsumerGroupInfo, ...]
     ) -> None: ...
 
+    def on_admitted(self, node: int, client_id: int, session: int, metadata_op: int) -> None: ...
+
 
 StateMachine = MetadataMachine | PartitionMachine
 
@@ -198,6 +221,23 @@ class GroupHost:
     requests: GroupRequests = field(default_factory=GroupRequests)
 
 
+@dataclass(slots=True)
+class SystemClient:
+    """The node's own client, as the runtime's: it ends the sessions of closed
+    connections. One request at a time; a session opened by registering as a user that
+    does not exist (``SYSTEM_USER_ID``); a new client id for every process, drawn from the
+    node's stream of that incarnation; request numbers that only grow."""
+
+    client_id: int
+    session: int = 0
+    request: int = 0
+    #: The commands still to run, in the order they were asked for.
+    queue: deque[MetadataCommand] = field(default_factory=deque)
+    #: The submission in flight, if any; its command stays first in ``queue``.
+    busy: bool = False
+    attempts: int = 0
+
+
 class Node:
     """One machine of the cluster; see the module docstring."""
 
@@ -227,6 +267,9 @@ class Node:
         #: What this node remembers of each client's connection to it (by client id), as
         #: the runtime's connection contexts: gone with the process.
         self.connections: dict[int, ConnectionContext] = {}
+        self.system = self._system_client()
+        #: Connections clients closed while this node ran (every incarnation).
+        self.connections_closed = 0
         #: Requests this node forwarded to another node's primary (every incarnation).
         self.forwarded_writes = 0
         #: Polls this node's backups served through the read barrier (every incarnation).
@@ -235,7 +278,7 @@ class Node:
         self._handlers: dict[Route, _Handler] = {
             Route.LOGIN: self._login,
             Route.METADATA_WRITE: self._metadata_write,
-            Route.LOGOUT: self._metadata_write,
+            Route.LOGOUT: self._logout,
             Route.SEND: self._send,
             Route.OFFSET_WRITE: self._offset_write,
             Route.POLL: self._poll,
@@ -265,6 +308,10 @@ class Node:
         )
 
     # Construction ------------------------------------------------------------------------
+
+    def _system_client(self) -> SystemClient:
+        prng = stream(self.options.seed, f"system.{self.index}.{self.incarnation}")
+        return SystemClient(prng.getrandbits(128) | 1)
 
     def _host(
         self,
@@ -331,6 +378,9 @@ class Node:
         self.alive = False
         self.outbox = []
         self._waiting.clear()  # the connections that waited are gone with the process
+        # Every connection closes with the process; as the runtime, the new process ends
+        # none of their sessions (``broker.core.sessions``, invariant 6): a client's next
+        # login ends its old session.
         self.connections = {}
         self.forwards = Forwards()
         for host in self.groups.values():
@@ -345,6 +395,7 @@ class Node:
         assert not self.alive
         self.alive = True
         self.incarnation += 1
+        self.system = self._system_client()
         self._recovered = {group: disk.reopen() for group, disk in self.disks.items()}
         durable, checkpoint = self._recovered.pop(METADATA_GROUP)
         disk = self.disks[METADATA_GROUP]
@@ -498,6 +549,7 @@ class Node:
 
     def tick(self, tick: int) -> None:
         self._expire_waiting(tick)
+        self._run_system(tick)
         if not self.options.lazy_ticks:
             for host in self._hosts():
                 if self.groups.get(host.group) is host:
@@ -642,15 +694,17 @@ class Node:
         checksum: bytes = b"",
         first_offset: int = 0,
         group: int = 0,
+        error: str = "",
     ) -> None:
-        """Answer ``request`` at once, on its connection: a refusal, or a read (of
-        ``group``)."""
+        """Answer ``request`` at once, on its connection: a refusal, an eviction
+        (``error``), or a read (of ``group``)."""
         reply = ClientReply(
             request.client_id,
             request.request,
             0,
             status,
             body,
+            error,
             request_checksum=checksum,
             first_offset=first_offset,
             incarnation=self.incarnation,
@@ -692,16 +746,108 @@ class Node:
         if handler is None:
             raise StateError(ErrorCode.INVALID_COMMAND, f"the simulator does not send {code}")
         metadata = self.groups[METADATA_GROUP].replica
-        if route is not Route.LOGIN and metadata.commit_min < self._must_see(
-            request.client_id, METADATA_GROUP
-        ):
-            # Read your writes: this node checks requests against its metadata only once
-            # it applied what the connection was told. The runtime waits for it (a read
-            # index); here the client is refused and asks again.
-            self._answer(source, request, int(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
-            return
+        if route is not Route.LOGIN:
+            if not self._check_session(tick, source, request):
+                return
+            self.observer.on_admitted(
+                self.index, request.client_id, request.session, metadata.commit_min
+            )
+            if metadata.commit_min < self._must_see(request.client_id, METADATA_GROUP):
+                # Read your writes: this node checks requests against its metadata only
+                # once it applied what the connection was told. The runtime waits for it
+                # (a read index); here the client is refused and asks again.
+                self._answer(source, request, int(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
+                return
         payload = wire.COMMANDS[code].decode_request(request.payload)
         handler(tick, source, request, code, payload)
+
+    def _check_session(self, tick: int, source: int, request: ClientRequest) -> bool:
+        """Carry out ``broker.core.sessions.check_session`` as the runtime's node does:
+        True to go on, else the request is answered (refused, or the client evicted and
+        its connection closed)."""
+        context = self._connection(request.client_id)
+        view = self._metadata_view()
+        verdict = check_session(context, request.session, request.client_id, view)
+        if isinstance(verdict, SessionWait):
+            # The runtime waits (bounded) until it applied the session, then asks again;
+            # here the client is refused and asks again, as at the read barrier.
+            verdict = SessionRefused(int(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
+        if isinstance(verdict, SessionRefused):
+            self._answer(source, request, verdict.status)
+            return False
+        if isinstance(verdict, SessionEvicted):
+            # An eviction frame, then the transport closes the connection.
+            self._answer(source, request, 0, error=ClientError.NO_SESSION.value)
+            self.connection_closed(tick, request.client_id)
+            return False
+        assert isinstance(verdict, SessionOk)
+        context.client_id = request.client_id
+        return True
+
+    def _metadata_view(self) -> MetadataView:
+        replica = self.groups[METADATA_GROUP].replica
+        is_primary = replica.status is Status.NORMAL and replica.is_primary
+        known_op = max(replica.op, replica.commit_max)
+        return MetadataView(replica.commit_min, known_op, is_primary, self.metadata_state().session)
+
+    def connection_closed(self, tick: int, client_id: int) -> None:
+        """The client's connection to this node closed: end the session it registered,
+        through the metadata group, as the runtime's ``connection_closed`` does."""
+        context = self.connections.pop(client_id, None)
+        if context is None:
+            return  # never opened by this process
+        self.connections_closed += 1
+        session = session_to_end(context, self.metadata_state().session)
+        if session:
+            self.system.queue.append(EndSession(session))
+            self._run_system(tick)
+
+    def _run_system(self, tick: int) -> None:
+        """Submit the system client's next request, if it has one and none in flight:
+        its register first, then the command, twice at most if the session was lost, as
+        the runtime's ``SystemClient.run``."""
+        system = self.system
+        if system.busy or not system.queue:
+            return
+        registering = system.session == 0
+        if registering:
+            operation, body = encode_command(Register(system.client_id, SYSTEM_USER_ID))
+            session, request, checksum = 0, 0, register_checksum(SYSTEM_USER_ID)
+        else:
+            system.request = max(system.request + 1, tick * TICK_US)
+            operation, body = encode_command(system.queue[0])
+            session, request, checksum = system.session, system.request, internal_checksum(body)
+            system.attempts += 1
+
+        def deliver(outcome: Outcome) -> None:
+            # Only record it: the next request goes at the next tick, never from inside
+            # the step that delivered this outcome.
+            system.busy = False
+            if registering:
+                if isinstance(outcome, Replied):
+                    system.session = outcome.op
+                else:
+                    system.queue.popleft()  # no session: the runtime gives up the command
+                    system.attempts = 0
+                return
+            if isinstance(outcome, SessionLost) and system.attempts < 2:
+                system.session = 0  # evicted from the client table: register again
+                return
+            system.queue.popleft()
+            system.attempts = 0
+
+        system.busy = True
+        submission = Submission(
+            system.client_id,
+            session,
+            request,
+            int(operation),
+            bytes(body),
+            tick * TICK_US,
+            deliver,
+            checksum,
+        )
+        self._submit(tick, self.groups[METADATA_GROUP], submission)
 
     def _login(
         self,
@@ -716,7 +862,38 @@ class Node:
         register = authenticate(state, request.client_id, payload.username, payload.password)
         operation, body = encode_command(register)
         checksum = register_checksum(register.user_id)
-        self._propose(tick, METADATA_GROUP, request, checksum, operation, body, session=0)
+        context = self._connection(request.client_id)
+        replica = self.groups[METADATA_GROUP].replica
+        known_before = max(replica.op, replica.commit_max)
+
+        def bind(outcome: Outcome) -> None:
+            if not isinstance(outcome, Replied):
+                return
+            try:
+                wire.split_result(Operation.REGISTER, outcome.body)
+            except wire.ServerRejected:
+                return  # no session: the connection stays as it was
+            logged_in(context, request.client_id, outcome.op, known_before=known_before)
+
+        self._propose(
+            tick, METADATA_GROUP, request, checksum, operation, body, session=0, then=bind
+        )
+
+    def _logout(
+        self,
+        tick: int,
+        source: int,
+        request: ClientRequest,
+        code: CommandCode,
+        payload: wire.RequestPayload,
+    ) -> None:
+        context = self._connection(request.client_id)
+
+        def unbind(outcome: Outcome) -> None:
+            if isinstance(outcome, Replied):
+                logged_out(context)
+
+        self._metadata_write(tick, source, request, code, payload, then=unbind)
 
     def _metadata_write(
         self,
@@ -725,6 +902,8 @@ class Node:
         request: ClientRequest,
         code: CommandCode,
         payload: wire.RequestPayload,
+        *,
+        then: Callable[[Outcome], None] | None = None,
     ) -> None:
         state = self.metadata_state()
         write = admit_metadata_write(state, code, payload, request.session, None)
@@ -744,9 +923,13 @@ class Node:
             if cached is None:
                 raise StateError(ErrorCode(write.status), write.refusal)
             replied = Replied(cached.op, replica.commit_max, replica.view, cached.reply)
+            if then is not None:
+                then(replied)
             self._reply(host, request.client_id, request.request, checksum, replied)
             return
-        self._propose(tick, METADATA_GROUP, request, checksum, write.operation, write.body)
+        self._propose(
+            tick, METADATA_GROUP, request, checksum, write.operation, write.body, then=then
+        )
 
     def _send(
         self,
@@ -851,10 +1034,15 @@ class Node:
         body: bytes,
         *,
         session: int | None = None,
+        then: Callable[[Outcome], None] | None = None,
     ) -> None:
+        """Submit a client's request to ``group``; ``then`` sees its outcome first, as
+        the runtime's handler does after its submission returns."""
         host = self.groups[group]
 
         def deliver(outcome: Outcome) -> None:
+            if then is not None:
+                then(outcome)
             self._deliver(host, submission, outcome)
 
         submission = Submission(
@@ -867,6 +1055,11 @@ class Node:
             deliver,
             checksum,
         )
+        self._submit(tick, host, submission)
+
+    def _submit(self, tick: int, host: GroupHost, submission: Submission) -> None:
+        """Hand ``submission`` to its group's requests, as the runtime's submitter does,
+        which stops waiting for it at its deadline."""
         host.requests.submit(submission)
         self._waiting.append((tick + REQUEST_TIMEOUT_TICKS, host, submission))
         if host.ticks_owed:

@@ -117,6 +117,13 @@ class WorkloadOptions:
     #: while the others work (``sim.client``; the ``hosting`` and ``deleted`` checkers).
     #: Not drawn.
     topic_churns: int = 3
+    #: The chance that a producer or consumer, between two operations, closes its
+    #: connection to a node drawn at random (the node ends the session that connection
+    #: registered). Not drawn.
+    connection_closes: float = 0.03
+    #: The chance that a producer or consumer, between two operations, logs out (and then
+    #: logs in again). Not drawn.
+    logouts: float = 0.01
 
 
 @dataclass(frozen=True, slots=True)

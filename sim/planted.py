@@ -45,7 +45,7 @@ from consensus.replica import Replica
 from sdk import wire
 from sdk.wire.batch import read_batch
 from sdk.wire.codes import Operation
-from sim.network import ForwardedOutcome, ForwardedRequest
+from sim.network import ClientRequest, ForwardedOutcome, ForwardedRequest
 from sim.node import GroupHost, Node
 
 
@@ -189,6 +189,11 @@ class ServesPollsAboveApplied(Node):
         return 0
 
 
+class SkipsSessionCheck(Node):
+    def _check_session(self, tick: int, source: int, request: ClientRequest) -> bool:
+        return True  # any session the header names, ended or not, on any connection
+
+
 PLANTED: Final[dict[str, type[Replica]]] = {
     "longest-log": PicksLongestLog,
     "ack-before-write": AcksBeforeWritten,
@@ -202,6 +207,7 @@ PLANTED_NODES: Final[dict[str, type[Node]]] = {
     "forward-ack-at-prepare": AcksForwardAtPrepare,
     "backup-poll-above-applied": ServesPollsAboveApplied,
     "keep-removed-group": KeepsRemovedGroups,
+    "skip-session-check": SkipsSessionCheck,
 }
 """The planted node-layer bugs, run with the correct replica."""
 

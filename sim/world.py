@@ -221,6 +221,14 @@ class World:
             for target, request in client.outbox:
                 self.network.send(tick, client.endpoint, target, request)
             client.outbox.clear()
+            for target in client.closes:
+                # A closed connection is noticed at once (its socket's end, not a packet).
+                self._trace.update(f"{tick}:close:{client.index}:{target}".encode())
+                node = self.nodes[target]
+                if node.alive:
+                    node.connection_closed(tick, client.client_id)
+                    self._flush_node(tick, node)
+            client.closes.clear()
 
     def _deliver(self, tick: int, packet: Packet) -> None:
         payload = packet.payload
@@ -369,6 +377,10 @@ class World:
             "poll_gaps": checkers.poll_gaps,
             "requests_completed": sum(c.completed for c in self.clients),
             "requests_abandoned": sum(c.abandoned for c in self.clients),
+            "logins": checkers.metadata_model.logins,
+            "logouts": checkers.metadata_model.logouts,
+            "sessions_closed": checkers.metadata_model.sessions_closed,
+            "connections_closed": sum(n.connections_closed for n in self.nodes),
             "forwarded_writes": sum(n.forwarded_writes for n in self.nodes),
             "backup_polls": sum(n.backup_polls for n in self.nodes),
             "view_max": max(views, default=0),
