@@ -442,7 +442,12 @@ class Replica:
         self.commit_max = max(self.commit_min, durable.commit)
         # Replay: committed ops in the journal are applied silently (no replies).
         self._apply_committed()
-        self.log_intact = not damaged and not (durable.log_damaged and self.replica_count > 1)
+        # A lone replica's log is all there is, damaged or not: with nobody to repair from
+        # or to outvote it, refusing itself a vote would stop the group for good.
+        # In a ``persisted`` group it acknowledged only synced prepares, so what a power
+        # loss tore was never promised; in a ``replicated`` one the durability level says
+        # a power loss may take what was acknowledged.
+        self.log_intact = self.replica_count == 1 or not (damaged or durable.log_damaged)
         self.nonce = self._prng.getrandbits(63) + 1
         if self.replica_count == 1:
             # Nobody to ask: the log is all there is.
@@ -1161,7 +1166,7 @@ class Replica:
 
         Never with corruption, found at this restart or at an earlier one it has not
         rejoined since (``DurableState.log_damaged``): it may have acknowledged what it no
-        longer holds (PAR).
+        longer holds (PAR). A lone replica is the exception: its log is all there is.
         In a ``persisted`` group it acknowledged only synced prepares, so its log is whole.
         In a ``replicated`` group a power loss may have taken acknowledged prepares, so it
         waits for a live primary unless a view-change quorum is recovering too: then the

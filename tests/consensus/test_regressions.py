@@ -20,6 +20,10 @@
    quorum that dropped them, and a committed op was replaced (simulator seed 60 under the
    partition-heavy profile, ``tests/sim/test_found_schedules.py``). The damage is now
    durable (``DurableState.log_damaged``) until the replica has installed a view's log.
+6. A group of one whose power loss left a hole (a later unsynced prepare reached the disk,
+   an earlier one did not) refused itself a vote, as a damaged replica of a larger group
+   must, and then, with nobody to ask, started a view change regardless and tripped its
+   own assertion (simulator seed 327, ``tests/sim/test_found_schedules.py``).
 """
 
 from __future__ import annotations
@@ -251,4 +255,31 @@ def test_restart_after_a_corrupt_record_was_cut_still_does_not_vote() -> None:
     assert not _log_damaged(damaged)
     cluster.request(client, 6)
     cluster.run_until(lambda: cluster.committed(client, 6))
+    cluster.check_safety()
+
+
+def test_lone_replica_restarts_over_a_hole_its_power_loss_left() -> None:
+    """recovery: a group of one loses power with two unsynced prepares; the later one
+    reached the disk, the earlier did not. Nobody else holds them, so the lone replica
+    takes its log up to the hole and leads again (it used to refuse itself a vote and
+    trip its own assertion)."""
+    cluster = Cluster(1, persisted=True, seed=13)
+    for request in (1, 2, 3):
+        cluster.request(1, request)
+        cluster.run_until(lambda r=request: cluster.committed(1, r))  # type: ignore[misc]
+    # Two prepares written, neither synced, so neither acknowledged.
+    cluster.request(1, 4)
+    cluster.request(2, 1)
+    lone = cluster.nodes[0]
+    assert lone.log.op_max() == 5 and lone.log.synced_op == 3
+    assert not cluster.replies_for(1, 4) and not cluster.replies_for(2, 1)
+    cluster.crash(0)
+    lone.log.corrupt(4)  # the hole: op 5 landed, op 4 did not
+    cluster.restart(0)
+    assert lone.replica.op == 3 and lone.log.op_max() == 3
+    cluster.run_until(lambda: lone.replica.status is Status.NORMAL)
+    cluster.request(1, 4)
+    cluster.request(2, 1)
+    cluster.run_until(lambda: cluster.committed(1, 4) and cluster.committed(2, 1))
+    assert [e.request for e in lone.state_machine.applied][:3] == [1, 2, 3]
     cluster.check_safety()
