@@ -3,12 +3,12 @@
 Purpose: host, on one simulated machine, a ``consensus.Replica`` of the metadata group and
 of every partition group, each with the real state machine (``MetadataMachine`` or
 ``PartitionMachine``) and the real journal over a ``MemoryStorage`` (:mod:`sim.disk`);
-execute the replicas' actions the way the runtime must (the host contract of
-``consensus.protocols``); turn client requests into consensus requests the way the
-runtime's admission does, by the same command table and decisions
-(``broker.core.commands``); and queue, admit and answer them with the runtime's own
-``broker.core.groups.GroupRequests``, so a reply reaches exactly the request it belongs
-to here as on a real node.
+carry out the replicas' actions with the runtime's own ``broker.core.execution``, doing
+only the disk work here (the host contract of ``consensus.protocols``); turn client
+requests into consensus requests the way the runtime's admission does, by the same
+command table and decisions (``broker.core.commands``); and queue, admit and answer them
+with the runtime's own ``broker.core.groups.GroupRequests``, so a reply reaches exactly
+the request it belongs to here as on a real node.
 
 Invariants:
 
@@ -44,6 +44,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Final, Protocol
 
 from broker.core.commands import (
@@ -60,6 +61,7 @@ from broker.core.commands import (
     resync_reply,
 )
 from broker.core.connections import ConnectionContext
+from broker.core.execution import Execution
 from broker.core.forwarding import Forwards, forward_target
 from broker.core.groups import (
     REQUEST_TIMEOUT_US,
@@ -111,15 +113,13 @@ from consensus.events import (
     PrepareSynced,
     PrepareWritten,
     RepairJournal,
-    ReplyToClient,
-    SendToReplica,
     SyncJournal,
     Ticked,
     TruncateJournal,
     WriteCheckpoint,
     WriteSuperblock,
 )
-from consensus.messages import Prepare, encode_message
+from consensus.messages import Message, Prepare, encode_message
 from consensus.protocols import DurableState, Prepared
 from consensus.replica import Replica, Status
 from sdk import wire
@@ -609,18 +609,15 @@ class Node:
         return host.io_tick_last
 
     def _execute(self, tick: int, host: GroupHost, actions: list[Action]) -> None:
+        """Carry out ``actions`` as the runtime does (``broker.core.execution``): the disk
+        work here, each write and sync completing later with simulated latency."""
         disk = host.disk
-        repaired = False
-        for action in actions:
-            if isinstance(action, SendToReplica):
-                frame = encode_message(action.message, sender=self.index)
-                self.outbox.append((action.replica, ReplicaFrame(host.group, frame)))
-            elif isinstance(action, ReplyToClient):
-                replica = host.replica
-                host.requests.replied(action, commit=replica.commit_max, view=replica.view)
-            elif isinstance(action, AppendToJournal):
+        execution = Execution(
+            host.replica, host.requests, partial(self._send_to_replica, host.group)
+        )
+        for action in execution.run(actions):
+            if isinstance(action, AppendToJournal):
                 disk.append(action.prepare)
-                self._appended(host, action.prepare)
                 due = self._io_due(tick, host, self.options.disk.write_ticks_max)
                 host.io.append((due, PrepareWritten(action.prepare.op, action.prepare.checksum)))
             elif isinstance(action, SyncJournal):
@@ -632,19 +629,16 @@ class Node:
                 disk.write_superblock(action.state)
             elif isinstance(action, RepairJournal):
                 disk.repair(action.prepare)
-                repaired = True
             else:
                 assert isinstance(action, WriteCheckpoint)
                 disk.write_checkpoint(action.op, action.snapshot)
         machine = host.machine.inner
-        if repaired and host.replica.log_whole and isinstance(machine, PartitionMachine):
-            # After every action of the step: the ops the replica applied right after the
-            # last repair are appended by then, so the index reaches down past them.
+        if execution.rebuild_index and isinstance(machine, PartitionMachine):
             machine.rebuild_index()  # the repaired messages can be polled again
 
-    def _appended(self, host: GroupHost, prepare: Prepare) -> None:
-        """The replica appended ``prepare`` to its journal: its requests learn of it."""
-        host.requests.prepared(prepare.header, primary=host.replica.is_primary)
+    def _send_to_replica(self, group: int, replica: int, message: Message) -> None:
+        frame = encode_message(message, sender=self.index)
+        self.outbox.append((replica, ReplicaFrame(group, frame)))
 
     def _deliver(self, host: GroupHost, submission: Submission, outcome: Outcome) -> None:
         """Send ``outcome`` to the client that sent ``submission``."""

@@ -40,6 +40,7 @@ from typing import Any, Final
 from broker.core.groups import Replied, RequestIdentity
 from broker.state.partition_machine import PartitionMachine
 from consensus.client_table import CachedReply, ClientTable, Verdict
+from consensus.events import Action, AppendToJournal
 from consensus.messages import DoViewChange, Prepare
 from consensus.replica import Replica
 from sdk import wire
@@ -159,8 +160,13 @@ class AcksForwardAtPrepare(Node):
             self._early[key] = (source, forwarded.token)
         super().on_forwarded(tick, source, forwarded)
 
-    def _appended(self, host: GroupHost, prepare: Prepare) -> None:
-        super()._appended(host, prepare)
+    def _execute(self, tick: int, host: GroupHost, actions: list[Action]) -> None:
+        super()._execute(tick, host, actions)
+        for action in actions:
+            if isinstance(action, AppendToJournal):
+                self._ack_early(host, action.prepare)
+
+    def _ack_early(self, host: GroupHost, prepare: Prepare) -> None:
         header = prepare.header
         identity = (header.request, header.operation, header.request_checksum)
         early = self._early.pop((host.group, header.client_id, identity), None)

@@ -7,6 +7,8 @@ simulator run the same decisions. Modules are named by concept:
 - ``capacity``: whether a topic's partitions fit the node's reserve.
 - ``commands``: which route each command takes, and what a write proposes to which group.
 - ``connections``: what the node keeps of a connection, and what it answers with.
+- ``execution``: what carrying out a replica's actions means for the node, and the storage
+  work it leaves to the host.
 - ``forwarding``: requests a backup hands to its primary's node, each answered once.
 - ``groups``: a hosted group's client requests: queued, admitted, answered once.
 - ``identity``: what tells a retried request from another that reuses its number.

@@ -31,9 +31,10 @@ Invariants:
 Theory of operation: ``submit`` queues; the host, whenever it may admit (after each pass
 of its loop, or each step in the simulator), calls ``take`` until it returns None, and
 carries out what it says: a :class:`Forward` to the primary's node, or a :class:`Propose`
-whose event it steps into the replica, then ``settle``. While stepping, the host reports
-each prepare the replica appends (``prepared``) and each ``ReplyToClient`` (``replied``),
-and after each step whether the replica is still the primary (``primary_lost``).
+whose event it steps into the replica, then ``settle``. The step's actions are carried out
+by ``broker.core.execution``, which reports each prepare the host appended (``prepared``)
+and each ``ReplyToClient`` (``replied``); after each step the host says whether the
+replica is still the primary (``primary_lost``).
 """
 
 from __future__ import annotations

@@ -76,6 +76,7 @@ from typing import Any, Final, TypeVar
 
 import trio
 
+from broker.core.execution import Execution
 from broker.core.groups import (
     Forward,
     GroupRequests,
@@ -101,12 +102,9 @@ from consensus import (
     MessageReceived,
     Prepare,
     PrepareSynced,
-    PrepareWritten,
     RepairJournal,
     Replica,
     ReplicaConfig,
-    ReplyToClient,
-    SendToReplica,
     Status,
     SyncJournal,
     Ticked,
@@ -714,31 +712,25 @@ class GroupHost:
         self._after_step()
 
     async def _execute(self, actions: list[Action]) -> Event | None:
-        """Run ``actions`` in order; return the ``PrepareWritten`` to report, if any."""
+        """Run ``actions`` in order (``broker.core.execution``); return the
+        ``PrepareWritten`` to report, if any."""
         store = self.store
-        repaired = False
-        assert store is not None
-        written: Prepare | None = None
-        for action in actions:
-            if isinstance(action, SendToReplica):
-                self._send(self.group_id, action.replica, action.message)
-            elif isinstance(action, AppendToJournal):
+        replica = self.replica
+        assert store is not None and replica is not None
+        execution = Execution(replica, self.requests, partial(self._send, self.group_id))
+        for action in execution.run(actions):
+            if isinstance(action, AppendToJournal):
                 prepare = action.prepare
                 try:
                     store.append(prepare)
                 except OSError as error:
                     await self._retry_storage("append", error, partial(_now, store.append, prepare))
-                written = prepare
                 self._count_prepare(prepare)
-            elif isinstance(action, ReplyToClient):
-                self._reply(action)
             elif isinstance(action, SyncJournal):
                 self._sync_wanted.set()
             elif isinstance(action, TruncateJournal):
                 truncate = partial(self._with_journal_busy, store.truncate, action.after_op)
                 await self._storage_action("truncate", truncate)
-                if written is not None and written.op > action.after_op:
-                    written = None
             elif isinstance(action, WriteSuperblock):
                 write = partial(trio.to_thread.run_sync, store.write_superblock, action.state)
                 await self._storage_action("superblock write", write)
@@ -746,7 +738,6 @@ class GroupHost:
                 repair = partial(self._with_journal_busy, store.repair, action.prepare)
                 await self._storage_action("repair", repair)
                 self.counters.records_repaired += 1
-                repaired = True
             else:
                 assert isinstance(action, WriteCheckpoint)
                 checkpoint = partial(
@@ -754,14 +745,9 @@ class GroupHost:
                 )
                 await self._storage_action("checkpoint", checkpoint)
                 self.counters.checkpoints += 1
-        replica = self.replica
-        if repaired and self.partition_machine is not None and replica and replica.log_whole:
-            # After every action of the step: the ops the replica applied right after the
-            # last repair are appended by then, so the index reaches down past them.
-            self.partition_machine.rebuild_index()  # its messages can be polled again
-        if written is None:
-            return None
-        return PrepareWritten(written.op, written.checksum)
+        if execution.rebuild_index and self.partition_machine is not None:
+            self.partition_machine.rebuild_index()  # its repaired messages can be polled again
+        return execution.written_event()
 
     def _name(self) -> str:
         p = self.partition
@@ -833,13 +819,6 @@ class GroupHost:
         header = prepare.header
         if header.operation == Operation.SEND_MESSAGES and len(prepare.body) >= BATCH_HEADER.size:
             counters.prepare_messages += BATCH_HEADER.unpack_from(prepare.body, 0)[6]
-        replica = self.replica
-        self.requests.prepared(header, primary=replica is not None and replica.is_primary)
-
-    def _reply(self, action: ReplyToClient) -> None:
-        replica = self.replica
-        assert replica is not None
-        self.requests.replied(action, commit=replica.commit_max, view=replica.view)
 
     # -- admission --------------------------------------------------------------------------
 

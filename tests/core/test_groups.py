@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field, replace
 
+from broker.core.execution import Execution
 from broker.core.groups import (
     Forward,
     GroupRequests,
@@ -27,7 +28,6 @@ from consensus.events import (
     Event,
     MessageReceived,
     PrepareWritten,
-    ReplyToClient,
 )
 from consensus.messages import StartViewChange, checksum
 from consensus.replica import Replica, Status
@@ -54,15 +54,11 @@ class Host:
     taken: list[type] = field(default_factory=list)
 
     def step(self, event: Event) -> None:
-        for action in self.replica.step(event):
+        execution = Execution(self.replica, self.requests, lambda replica, message: None)
+        for action in execution.run(self.replica.step(event)):
             if isinstance(action, AppendToJournal):
                 self.log.append(action.prepare)
-                self.requests.prepared(action.prepare.header, primary=self.replica.is_primary)
                 self.written.append(PrepareWritten(action.prepare.op, action.prepare.checksum))
-            elif isinstance(action, ReplyToClient):
-                self.requests.replied(
-                    action, commit=self.replica.commit_max, view=self.replica.view
-                )
         if not self.replica.is_primary:
             self.requests.primary_lost()
 
