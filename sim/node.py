@@ -79,7 +79,6 @@ from broker.core.identity import internal_checksum, register_checksum, request_c
 from broker.core.reads import readable
 from broker.core.reconcile import METADATA_GROUP, reconcile
 from broker.core.sessions import (
-    SYSTEM_USER_ID,
     MetadataView,
     SessionEvicted,
     SessionOk,
@@ -90,6 +89,7 @@ from broker.core.sessions import (
     logged_out,
     session_to_end,
 )
+from broker.core.system import SystemClient
 from broker.state.admission import authenticate
 from broker.state.codec import encode_command
 from broker.state.errors import ErrorCode, StateError
@@ -100,7 +100,6 @@ from broker.state.metadata import (
     MetadataCommand,
     MetadataState,
     PartitionRef,
-    Register,
 )
 from broker.state.metadata_machine import MetadataMachine
 from broker.state.partition_machine import PartitionMachine
@@ -222,20 +221,21 @@ class GroupHost:
 
 
 @dataclass(slots=True)
-class SystemClient:
-    """The node's own client, as the runtime's: it ends the sessions of closed
-    connections. One request at a time; a session opened by registering as a user that
-    does not exist (``SYSTEM_USER_ID``); a new client id for every process, drawn from the
-    node's stream of that incarnation; request numbers that only grow."""
+class SystemQueue:
+    """The node's own client (``broker.core.system``, as the runtime's) with the commands
+    it still has to run: one request at a time; a new client id for every process, drawn
+    from the node's stream of that incarnation."""
 
-    client_id: int
-    session: int = 0
-    request: int = 0
+    client: SystemClient
     #: The commands still to run, in the order they were asked for.
     queue: deque[MetadataCommand] = field(default_factory=deque)
     #: The submission in flight, if any; its command stays first in ``queue``.
     busy: bool = False
     attempts: int = 0
+
+    @property
+    def session(self) -> int:
+        return self.client.session
 
 
 class Node:
@@ -309,9 +309,9 @@ class Node:
 
     # Construction ------------------------------------------------------------------------
 
-    def _system_client(self) -> SystemClient:
+    def _system_client(self) -> SystemQueue:
         prng = stream(self.options.seed, f"system.{self.index}.{self.incarnation}")
-        return SystemClient(prng.getrandbits(128) | 1)
+        return SystemQueue(SystemClient(prng.getrandbits(128) | 1))
 
     def _host(
         self,
@@ -798,19 +798,17 @@ class Node:
 
     def _run_system(self, tick: int) -> None:
         """Submit the system client's next request, if it has one and none in flight:
-        its register first, then the command, twice at most if the session was lost, as
-        the runtime's ``SystemClient.run``."""
+        its register first, then the command, as the runtime's ``SystemRunner`` does."""
         system = self.system
         if system.busy or not system.queue:
             return
-        registering = system.session == 0
+        client = system.client
+        registering = client.session == 0
         if registering:
-            operation, body = encode_command(Register(system.client_id, SYSTEM_USER_ID))
-            session, request, checksum = 0, 0, register_checksum(SYSTEM_USER_ID)
+            call = client.register()
         else:
-            system.request = max(system.request + 1, tick * TICK_US)
             operation, body = encode_command(system.queue[0])
-            session, request, checksum = system.session, system.request, internal_checksum(body)
+            call = client.call(int(operation), bytes(body), tick * TICK_US)
             system.attempts += 1
 
         def deliver(outcome: Outcome) -> None:
@@ -818,28 +816,24 @@ class Node:
             # the step that delivered this outcome.
             system.busy = False
             if registering:
-                if isinstance(outcome, Replied):
-                    system.session = outcome.op
-                else:
+                if not client.registered(outcome):
                     system.queue.popleft()  # no session: the runtime gives up the command
                     system.attempts = 0
                 return
-            if isinstance(outcome, SessionLost) and system.attempts < 2:
-                system.session = 0  # evicted from the client table: register again
-                return
-            system.queue.popleft()
-            system.attempts = 0
+            if client.answered(outcome, system.attempts):
+                system.queue.popleft()
+                system.attempts = 0
 
         system.busy = True
         submission = Submission(
-            system.client_id,
-            session,
-            request,
-            int(operation),
-            bytes(body),
+            call.client_id,
+            call.session,
+            call.request,
+            call.operation,
+            call.body,
             tick * TICK_US,
             deliver,
-            checksum,
+            call.checksum,
         )
         self._submit(tick, self.groups[METADATA_GROUP], submission)
 

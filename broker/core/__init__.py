@@ -17,5 +17,6 @@ simulator run the same decisions. Modules are named by concept:
 - ``reconcile``: group ids, and which partition groups to open, close or purge.
 - ``refusals``: the budget of refusal log lines.
 - ``sessions``: whether a request may act in the session it names.
+- ``system``: the node's own client: its session, request numbers and retry rule.
 - ``ticks``: which groups are due on which tick, so an idle group costs a tick nothing.
 """

@@ -1,11 +1,11 @@
 """The node's own requests: the root user at a first start, purges, auto-commits, expiry.
 
 Purpose: besides answering clients, a node proposes a few requests of its own through its
-system client: the root user when a new cluster has none, the truncation of a partition
-whose purge is committed, the consumer offsets that auto-commit polls store, and the
-removal of expired personal access tokens. When each
-is due, and which of several waiting auto-commits goes next, are decisions a test must be
-able to replay; the runtime only runs the system client's requests they name.
+system client (``broker.core.system``): the root user when a new cluster has none, the
+truncation of a partition whose purge is committed, the consumer offsets that auto-commit
+polls store, and the removal of expired personal access tokens. When each is due, and
+which of several waiting auto-commits goes next, are decisions a test must be able to
+replay; the runtime only runs the system client's requests they name.
 
 Invariants:
 

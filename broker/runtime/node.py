@@ -101,7 +101,6 @@ from broker.core.groups import (
     Submission,
 )
 from broker.core.identity import (
-    internal_checksum,
     register_checksum,
     request_checksum,
     stamped_checksum_valid,
@@ -116,7 +115,6 @@ from broker.core.maintenance import (
 from broker.core.reconcile import METADATA_GROUP, partition_group_id, reconcile
 from broker.core.refusals import refusal_line
 from broker.core.sessions import (
-    SYSTEM_USER_ID,
     MetadataView,
     SessionEvicted,
     SessionOk,
@@ -127,6 +125,7 @@ from broker.core.sessions import (
     logged_out,
     session_to_end,
 )
+from broker.core.system import NO_SESSION, SystemCall, SystemClient
 from broker.runtime.config import Config, parse_address
 from broker.runtime.disk import DiskGuard
 from broker.runtime.flush import Flusher
@@ -301,7 +300,7 @@ class Node:
         self.metadata: GroupHost = self._make_group(
             METADATA_GROUP, GroupKind.METADATA, self.data_dir / "metadata", persisted=True
         )
-        self.system = SystemClient(self)
+        self.system = SystemRunner(self)
         self._autocommits: AutoCommits[tuple[PartitionRoute, int, int]] = AutoCommits()
         self._purges = PurgesDue()
         self._bootstrapping = False
@@ -1606,20 +1605,17 @@ async def run_ticker(period_s: float, deliver: Callable[[int], None]) -> None:
 # -- the system client ------------------------------------------------------------------------
 
 
-class SystemClient:
-    """The node's own client: root user creation, auto-commits, purges, session ends.
+class SystemRunner:
+    """Runs the node's own client's requests (``broker.core.system``): root user creation,
+    auto-commits, purges, token expiry, session ends.
 
-    One request at a time per group (a client may have one request in flight), request
-    numbers from one counter that only grows, and a session opened by registering as a
-    user that does not exist (the register commits, the client table gets an entry, no
-    user session is created).
+    One request at a time per group (a client may have one request in flight), several
+    groups at once; one register at a time, shared by them all.
     """
 
     def __init__(self, node: Node) -> None:
         self._node = node
-        self.client_id = int.from_bytes(os.urandom(16), "little") | 1
-        self.session = 0
-        self._request = 0
+        self._client = SystemClient(int.from_bytes(os.urandom(16), "little") | 1)
         self._locks: dict[int, trio.Lock] = {}
         self._register_lock = trio.Lock()
 
@@ -1631,22 +1627,10 @@ class SystemClient:
 
     async def _ensure_session(self) -> bool:
         async with self._register_lock:
-            if self.session:
+            if self._client.session:
                 return True
-            operation, body = encode_command(Register(self.client_id, SYSTEM_USER_ID))
-            outcome = await submit_and_wait(
-                self._node.metadata,
-                self.client_id,
-                0,
-                0,
-                operation,
-                body,
-                register_checksum(SYSTEM_USER_ID),
-            )
-            if isinstance(outcome, Replied):
-                self.session = outcome.op
-                return True
-            return False
+            outcome = await _submit_call(self._node.metadata, self._client.register())
+            return self._client.registered(outcome)
 
     async def run(self, host: GroupHost, command: MetadataCommand) -> Outcome:
         operation, body = encode_command(command)
@@ -1657,23 +1641,21 @@ class SystemClient:
 
     async def _run(self, host: GroupHost, operation: int, body: bytes) -> Outcome:
         async with self._lock(host.group_id):
-            for _ in range(2):
+            attempt = 0
+            while True:
+                attempt += 1
                 if not await self._ensure_session():
-                    return Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
-                self._request = max(self._request + 1, now_us())
-                outcome = await submit_and_wait(
-                    host,
-                    self.client_id,
-                    self.session,
-                    self._request,
-                    operation,
-                    body,
-                    internal_checksum(body),
-                )
-                if not isinstance(outcome, SessionLost):
+                    return NO_SESSION
+                call = self._client.call(operation, body, now_us())
+                outcome = await _submit_call(host, call)
+                if self._client.answered(outcome, attempt):
                     return outcome
-                self.session = 0  # evicted from a client table: register again
-            return outcome
+
+
+async def _submit_call(host: GroupHost, call: SystemCall) -> Outcome:
+    return await submit_and_wait(
+        host, call.client_id, call.session, call.request, call.operation, call.body, call.checksum
+    )
 
 
 async def submit_and_wait(
