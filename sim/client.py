@@ -38,7 +38,9 @@ streams of its own. Between two operations a producer or consumer now and then c
 connection to a node (which ends the session if that connection registered it) or logs out
 (``LOGOUT_USER``) and logs in again. A client logs in on one node; any other node it
 reaches refuses it as not logged in on that connection until it repeats its login there.
-In the healed phase no new operation starts.
+In the healed phase no new operation starts. A *probe* (``Role.PROBE``) is none of these:
+it belongs to a scenario test, which sends its requests by hand and reads its replies; the
+invariants above are the workload's and do not bind it.
 """
 
 from __future__ import annotations
@@ -153,6 +155,10 @@ class Role(enum.Enum):
     OPERATOR = "operator"
     PRODUCER = "producer"
     CONSUMER = "consumer"
+    PROBE = "probe"
+    """Runs no script: a scenario sends its requests (``Client.ask``), one at a time or
+    several, and reads every reply it got (``Client.replies``); nothing is retried and
+    nothing is reported to the checkers (``World.add_probe``)."""
 
 
 @dataclass(slots=True)
@@ -203,6 +209,8 @@ class Client:
     connections_closed: int = 0
     completed: int = 0
     abandoned: int = 0
+    #: A probe's replies, in arrival order, with the node that sent each.
+    replies: list[tuple[int, ClientReply]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.streams_wanted = self.prng.randint(0, self.options.workload.streams_per_client_max)
@@ -215,6 +223,8 @@ class Client:
     # Scripts -----------------------------------------------------------------------------
 
     def tick(self, tick: int) -> None:
+        if self.role is Role.PROBE:
+            return  # its requests are the scenario's (``ask``)
         pending = self.pending
         if pending is not None:
             if pending.retry_tick and tick >= pending.retry_tick:
@@ -232,6 +242,24 @@ class Client:
         made.checksum = _identity(made.request)
         self.pending = made
         self._transmit(tick, made, broadcast=False)
+
+    def ask(self, node: int, code: CommandCode, payload: bytes) -> ClientRequest:
+        """A probe's request to ``node`` (``make``), sent at the world's next step; its
+        replies arrive in ``replies``."""
+        request = self.make(code, payload)
+        self.outbox.append((node, request))
+        return request
+
+    def make(self, code: CommandCode, payload: bytes) -> ClientRequest:
+        """A probe's request under its session and its next request number, not sent: a
+        scenario may hand it to a node itself (``Node.on_client_request``), as if it had
+        arrived without delay."""
+        assert self.role is Role.PROBE
+        return self._request(code, payload)
+
+    def answers(self, request: ClientRequest) -> list[tuple[int, ClientReply]]:
+        """A probe's replies to ``request`` so far (by its number), with their nodes."""
+        return [(node, r) for node, r in self.replies if r.request == request.request]
 
     def _between_operations(self) -> bool:
         """Now and then close a connection, or log out (invariant 5); True when a logout
@@ -562,6 +590,9 @@ class Client:
         self.step = 0 if self.role is Role.OPERATOR and self.step < 3 else 3
 
     def on_reply(self, tick: int, node: int, reply: ClientReply) -> None:
+        if self.role is Role.PROBE:
+            self.replies.append((node, reply))
+            return
         pending = self.pending
         login = self.login
         if login is not None and reply.request == login.request and reply.op:

@@ -313,6 +313,56 @@ class World:
         for client in self.clients:
             client.finishing = True
 
+    # Scenarios ---------------------------------------------------------------------------
+
+    def advance(self) -> int:
+        """Run one more tick, outside ``run``'s fault schedule (a scenario drives the world
+        itself and makes its own faults with the methods below); the tick run."""
+        self.tick_now += 1
+        self._step(self.tick_now)
+        return self.tick_now
+
+    def add_probe(self) -> Client:
+        """A client that runs no script (``Role.PROBE``): a scenario sends its requests and
+        reads its replies. Its client id comes from its own stream, as every client's."""
+        index = len(self.clients)
+        client_id = stream(self.options.seed, f"probe.{index}").getrandbits(128) | 1
+        probe = Client(
+            index=index,
+            endpoint=CLIENT_BASE + index,
+            client_id=client_id,
+            role=Role.PROBE,
+            options=self.options,
+            prng=stream(self.options.seed, f"client.{index}"),
+            reporter=self.checkers,
+        )
+        self.clients.append(probe)
+        self.client_endpoints[client_id] = probe.endpoint  # the nodes share this table
+        return probe
+
+    def crash(self, index: int, *, power_loss: bool = False) -> None:
+        """Crash node ``index`` now, as the fault phase does (a power loss also drops its
+        unsynced writes)."""
+        what = "power_loss" if power_loss else "crash"
+        self._trace.update(f"{self.tick_now}:{what}:{index}".encode())
+        self._apply_fault(self.tick_now, what, index)
+
+    def restart(self, index: int) -> None:
+        """Restart the down node ``index`` now, over what its disks hold."""
+        self._trace.update(f"{self.tick_now}:restart:{index}".encode())
+        self._apply_fault(self.tick_now, "restart", index)
+
+    def cut(self, a: int, b: int) -> None:
+        """Block the replica link between nodes ``a`` and ``b``, both ways, until ``mend``:
+        replica frames and forwarded requests on it are dropped, also those in flight."""
+        self.network.blocked[(a, b)] = True
+        self.network.blocked[(b, a)] = True
+
+    def mend(self, a: int, b: int) -> None:
+        """Unblock the replica link between ``a`` and ``b`` (what it dropped stays lost)."""
+        self.network.blocked.pop((a, b), None)
+        self.network.blocked.pop((b, a), None)
+
     # Convergence -------------------------------------------------------------------------
 
     def _finished(self) -> bool:

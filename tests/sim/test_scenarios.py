@@ -1,44 +1,44 @@
-"""Scenarios of sessions and connections, set up deterministically in the simulator.
+"""Scenarios of sessions, connections and forwarding, set up deterministically in the
+simulator.
 
 Each builds a fault-free world, drives it tick by tick until a chosen situation holds,
-acts on one node or one client, and asserts what must follow: findings the real-process
-tests in ``tests/runtime/test_cluster_replies.py`` and ``tests/cluster/test_findings.py``
-check over sockets, here step by step and without
-sleeps.
+acts on one node, one link or one client, and asserts what must follow: findings the
+real-process tests in ``tests/runtime/test_cluster_replies.py`` and
+``tests/cluster/test_findings.py`` check over sockets, here step by step and without
+sleeps (``tests.sim.scenario``). The reads after restarts are in
+``test_scenarios_reads.py``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
-
-import pytest
-
-from broker.state.errors import StateError
+from broker.state.errors import ErrorCode, StateError
 from broker.state.metadata import MetadataState
+from sdk import wire
+from sdk.wire.codes import CommandCode, IggyErrorCode
 from sim.client import Client, Role
-from sim.options import Options
+from sim.node import STREAM_ID, TOPIC_ID
 from sim.world import World
+from tests.sim.scenario import (
+    METADATA_GROUP,
+    TRANSIENT,
+    answer,
+    answered_by,
+    call,
+    call_again,
+    login,
+    partition_group,
+    poll_payload,
+    primary_of,
+    replica_of,
+    run_for,
+    run_until,
+    send_payload,
+    three_nodes,
+    workload_topic_everywhere,
+)
 
-TICKS_MAX = 3_000
-
-
-def _world() -> World:
-    """Three nodes, no faults, and no connection closes or logouts of the clients' own:
-    the scenario makes them."""
-    seed = next(s for s in range(100) if Options.from_seed(s, faults=False).node_count == 3)
-    options = Options.from_seed(seed, faults=False)
-    workload = dataclasses.replace(options.workload, connection_closes=0.0, logouts=0.0)
-    return World(dataclasses.replace(options, workload=workload))
-
-
-def _run_until(world: World, done: Callable[[], bool]) -> int:
-    for _ in range(TICKS_MAX):
-        world.tick_now += 1
-        world._step(world.tick_now)
-        if done():
-            return world.tick_now
-    pytest.fail(f"not reached in {TICKS_MAX} ticks")
+PARTITIONS = 3
+RETRYABLE = (int(IggyErrorCode.TRANSIENT_NOT_COMMITTED), int(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
 
 
 def _live(state: MetadataState, session: int) -> bool:
@@ -76,9 +76,9 @@ def test_closing_a_joined_connection_leaves_the_session_the_registering_one_ends
     """sessions: a client's session survives the close of a connection that only joined
     it, and ends (on every node, through the metadata group) when the connection that
     logged in closes."""
-    world = _world()
+    world = three_nodes()
     client = _producer(world)
-    _run_until(world, lambda: _joined_twice(world, client))
+    run_until(world, lambda: _joined_twice(world, client))
     session = client.session
     owner = next(
         n
@@ -95,12 +95,134 @@ def test_closing_a_joined_connection_leaves_the_session_the_registering_one_ends
     )
     joined.connection_closed(world.tick_now, client.client_id)
     world._flush_node(world.tick_now, joined)
-    for _ in range(300):
-        world.tick_now += 1
-        world._step(world.tick_now)
+    run_for(world, 300)
     assert _live_everywhere(world, session), "a joined connection's close ended the session"
     assert not joined.system.queue and joined.system.session == 0  # it proposed nothing
     owner.connection_closed(world.tick_now, client.client_id)
     world._flush_node(world.tick_now, owner)
-    _run_until(world, lambda: _ended_everywhere(world, session))
+    run_until(world, lambda: _ended_everywhere(world, session))
     assert world.checkers.metadata_model.sessions_closed >= 1
+
+
+def test_a_backup_answers_a_forwarded_write_in_the_name_of_the_primary() -> None:
+    """forwarding: a write sent to a backup is forwarded to its group's primary, and the
+    backup's reply names that primary, the node the client should write to next, not
+    itself: for a login (a metadata write) and for a send to every partition whose
+    primary is not the backup."""
+    world = three_nodes(partitions=PARTITIONS)
+    run_until(world, lambda: workload_topic_everywhere(world))
+    metadata_primary = primary_of(world, METADATA_GROUP)
+    backup = (metadata_primary + 1) % len(world.nodes)
+    probe = world.add_probe()
+    forwarded = world.nodes[backup].forwarded_writes
+    logged_in = login(world, probe, backup)
+    assert answered_by(probe, logged_in) == backup
+    assert logged_in.primary == metadata_primary == primary_of(world, METADATA_GROUP)
+    assert world.nodes[backup].forwarded_writes > forwarded
+    checked = 0
+    for partition in range(PARTITIONS):
+        group = partition_group(world, STREAM_ID, TOPIC_ID, partition)
+        primary = primary_of(world, group)
+        if primary == backup:
+            continue
+        payload = send_payload(probe, partition, 1)
+        sent = call(world, probe, backup, CommandCode.SEND_MESSAGES, payload)
+        assert sent.status == 0 and sent.op, sent
+        assert answered_by(probe, sent) == backup
+        assert (sent.group, sent.primary) == (group, primary), partition
+        checked += 1
+    assert checked >= 1, "the backup is every partition's primary"
+
+
+def test_a_login_at_a_lagging_backup_is_refused_there_not_evicted() -> None:
+    """sessions: a node cut off from the others cannot commit a login (its register goes
+    to the metadata primary): a login there, under a client id whose session the others
+    committed meanwhile, is refused with a retryable status, never answered by an
+    eviction, and binds nothing; once its links are back, the same client id joins that
+    session there and is served.
+
+    What differs from the runtime: the simulated network has no connections that drop and
+    redial, so the node forwards the register at once, the cut link loses it, and the
+    node's submitter stops waiting after ``REQUEST_TIMEOUT_TICKS`` with 57 (handed on, its
+    fate unknown); the runtime holds a forward while its link is down and so refuses with
+    58 (not taken). Both are retryable refusals, neither binds the connection."""
+    world = three_nodes()
+    run_until(world, lambda: workload_topic_everywhere(world))
+    primary = primary_of(world, METADATA_GROUP)
+    lagging = (primary + 1) % len(world.nodes)
+    for peer in range(len(world.nodes)):
+        if peer != lagging:
+            world.cut(lagging, peer)
+    probe = world.add_probe()
+    session = login(world, probe, primary).op  # committed by the primary and the third node
+    assert not _live(world.nodes[lagging].metadata_state(), session)
+    # The same register again, on a connection to the lagging node (``login``).
+    assert probe.login is not None
+    already = len(probe.answers(probe.login))
+    probe.outbox.append((lagging, probe.login))
+    refused = answer(world, probe, probe.login, already)
+    assert not refused.error, f"evicted by a node that lags: {refused.error}"
+    assert refused.status in RETRYABLE and refused.op == 0, refused
+    assert refused.primary == replica_of(world, lagging, METADATA_GROUP).primary
+    context = world.nodes[lagging].connections.get(probe.client_id)
+    assert context is None or context.bound_session == 0
+    for peer in range(len(world.nodes)):
+        if peer != lagging:
+            world.mend(lagging, peer)
+    assert login(world, probe, lagging).op == session
+    polled = call(world, probe, lagging, CommandCode.POLL_MESSAGES, poll_payload(0, 0, 1, 1))
+    assert polled.status == 0 and not polled.error, polled
+
+
+def test_a_client_of_a_backup_reads_its_own_metadata_writes_at_once() -> None:
+    """forwarding: a stream created through a backup (forwarded to the metadata primary)
+    is known to that backup before it judges the next request on the connection: a topic
+    created in it at once, before the backup has learned the stream's commit, and a send
+    to that topic after, are never refused as naming a stream or topic that does not
+    exist; so on each backup.
+
+    The groups are idle but for the scenario, so a backup learns a commit only from the
+    primary's next heartbeat, and the topic's creation is handed to the backup in the tick
+    the stream's reply reached the client (a client without network delay).
+
+    What differs from the runtime: where the runtime's backup waits until it has applied
+    what the connection was told, the simulated one refuses with 58 and the client asks
+    again (``sim.node``, admission); the scenario allows those refusals, nothing else."""
+    world = three_nodes(quiet=True)
+    run_until(world, lambda: workload_topic_everywhere(world))
+    primary = primary_of(world, METADATA_GROUP)
+    behind = 0
+    for backup in (node.index for node in world.nodes if node.index != primary):
+        probe = world.add_probe()
+        login(world, probe, backup)
+        name = f"own-writes-{backup}"
+        created = call(world, probe, backup, CommandCode.CREATE_STREAM, create_stream(name))
+        assert created.status == 0 and created.op, created
+        # At once, on the same connection: the backup may not have applied it yet.
+        behind += replica_of(world, backup, METADATA_GROUP).commit_min < created.op
+        request = probe.make(CommandCode.CREATE_TOPIC, create_topic(name))
+        world.nodes[backup].on_client_request(world.tick_now, probe.endpoint, request)
+        topic = answer(world, probe, request)
+        if topic.status == TRANSIENT:
+            topic = call_again(world, probe, backup, request)
+        assert topic.status == 0 and topic.op, f"backup {backup}: {_status(topic.status)}"
+        payload = send_payload(probe, 0, 3, stream=name)
+        sent = call(world, probe, backup, CommandCode.SEND_MESSAGES, payload)
+        assert sent.status == 0 and sent.op, f"backup {backup}: {_status(sent.status)}"
+    assert behind, "every backup had applied its stream before its next request"
+
+
+def create_stream(name: str) -> bytes:
+    return wire.CreateStream(name).encode()
+
+
+def create_topic(stream: str) -> bytes:
+    """A topic "t" of one partition in the stream named ``stream``."""
+    return wire.CreateTopic(wire.Identifier(stream), 1, "t", ()).encode()
+
+
+def _status(status: int) -> str:
+    try:
+        return ErrorCode(status).name
+    except ValueError:
+        return str(status)
