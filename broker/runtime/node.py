@@ -77,6 +77,8 @@ from broker.core.commands import (
     METADATA_READS,
     ROUTES,
     Balancer,
+    CodeAnswered,
+    CodeEvicted,
     Denied,
     Resync,
     Route,
@@ -87,6 +89,7 @@ from broker.core.commands import (
     admit_offset_write,
     admit_poll,
     committed_retry,
+    judge_code,
     resync_reply,
     token_reply,
 )
@@ -226,10 +229,6 @@ SALT_SIZE_BYTES: Final = 16
 TOKEN_SIZE_BYTES: Final = 32
 """Bytes of OS randomness in a new personal access token (256 bits; 43 URL-safe base64
 characters on the wire, within a name's 255 bytes)."""
-_LEGACY_LOGIN_CODES: Final = frozenset(
-    {int(CommandCode.LOGIN_USER), int(CommandCode.LOGIN_WITH_PERSONAL_ACCESS_TOKEN)}
-)
-"""Iggy's logins before the register handshake (38, 44): evicted with MalformedLogin."""
 TRANSPORT_TCP: Final = 1
 _OPTIONS_COMMANDS: Final = frozenset(
     {
@@ -843,24 +842,16 @@ class Node:
             validate_request_header(header)
         except ProtocolError as error:
             return _protocol_failure(header, error)
-        if header.operation is Operation.NON_REPLICATED:
-            if header.code in _LEGACY_LOGIN_CODES:
-                # Logins go through the register handshake only; as Iggy, the legacy
-                # codes are refused whole, logged in or not, so the client fails fast.
-                return _evict(header.client, EvictionReason.MALFORMED_LOGIN, "a legacy login")
-            if header.code == RUNTIME_STATS_CODE:
-                return await self._runtime_stats(context, header)
+        verdict = judge_code(header.operation, header.code, logged_in=context.bound_session != 0)
+        if isinstance(verdict, CodeEvicted):
+            return _evict(header.client, verdict.reason, verdict.why)
+        if isinstance(verdict, CodeAnswered):
+            return _status(header, verdict.status)
+        if header.operation is Operation.NON_REPLICATED and header.code == RUNTIME_STATS_CODE:
+            return await self._runtime_stats(context, header)
         try:
             code = request_command_code(header)
         except ProtocolError as error:
-            if header.operation is Operation.NON_REPLICATED and context.bound_session == 0:
-                # Before login every code but PING gets 40, known to this node or not,
-                # as Iggy answers: a client learns what to do first, not what we lack.
-                return _status(header, ErrorCode.UNAUTHENTICATED)
-            if header.code == CommandCode.FLUSH_UNSAVED_BUFFER:
-                # Messages are written as they commit; there is no buffer to flush on
-                # demand, and an empty OK would vouch for a sync nobody asked the disk for.
-                return _status(header, ErrorCode.FEATURE_UNAVAILABLE)
             return _status(header, int(error.code))
         log.debug("request %d from %x: %s", header.request, header.client, code.name)
         route = ROUTES.get(code)

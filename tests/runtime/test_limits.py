@@ -251,6 +251,28 @@ def test_before_login_every_code_but_ping_gets_40_known_or_not(limited: NodeProc
         assert flush.reply_header().status == IggyErrorCode.FEATURE_UNAVAILABLE
 
 
+def test_before_login_a_code_whose_body_would_not_decode_gets_40_and_keeps_the_connection(
+    limited: NodeProcess,
+) -> None:
+    # Each of these empty bodies is malformed (a logged-in client gets 4 or 3 for it): the
+    # answer before login says only that the client must log in first, as Iggy's does.
+    codes = (
+        CommandCode.GET_STREAM,
+        CommandCode.GET_CLIENT,
+        CommandCode.DESCRIBE_OPTIONS,
+        CommandCode.GET_SNAPSHOT_FILE,
+        9000,  # the node's own runtime counters
+    )
+    with WireClient(limited.address) as client:
+        for code in codes:
+            reply = client.call_raw(int(code), b"")
+            assert reply.command is wire.Command.REPLY, code
+            assert reply.reply_header().status == IggyErrorCode.UNAUTHENTICATED, code
+        client.login("iggy", ROOT_PASSWORD)
+        stream = client.call_raw(int(CommandCode.GET_STREAM), b"")
+        assert stream.reply_header().status == IggyErrorCode.INVALID_FORMAT
+
+
 def test_describe_options_of_an_unknown_scope_is_invalid_and_keeps_the_connection(
     limited: NodeProcess,
 ) -> None:
