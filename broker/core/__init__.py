@@ -9,6 +9,7 @@ simulator run the same decisions. Modules are named by concept:
   body (before login, legacy logins, codes not served), and what a write proposes to
   which group.
 - ``connections``: what the node keeps of a connection, and what it answers with.
+- ``diagnostics``: GET_SNAPSHOT_FILE's sections and the zip archive that carries them.
 - ``execution``: what carrying out a replica's actions means for the node, and the storage
   work it leaves to the host.
 - ``forwarding``: requests a backup hands to its primary's node, each answered once.

@@ -159,6 +159,7 @@ ROUTES: Final[Mapping[CommandCode, Route]] = MappingProxyType(
         CommandCode.GET_CLUSTER_METADATA: Route.NODE_READ,
         CommandCode.DESCRIBE_OPTIONS: Route.NODE_READ,
         CommandCode.GET_STATS: Route.NODE_READ,
+        CommandCode.GET_SNAPSHOT_FILE: Route.NODE_READ,
     }
 )
 """The route of every command this node serves (invariant 1)."""

@@ -54,7 +54,9 @@ TransientNotAccepted and the client routes again.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import logging
 import os
 import platform
@@ -94,6 +96,7 @@ from broker.core.commands import (
     token_reply,
 )
 from broker.core.connections import ConnectionContext, Response
+from broker.core.diagnostics import TEST_SECTION_TEXT, plan_snapshot, snapshot_archive
 from broker.core.groups import (
     REQUEST_MISMATCH_STATUS,
     REQUEST_TIMEOUT_US,
@@ -194,6 +197,7 @@ from sdk.wire import (
     Operation,
     ProtocolError,
     RequestHeader,
+    SnapshotSection,
     build_eviction_frame,
     build_reply_frame,
     build_reply_frame_parts,
@@ -241,6 +245,9 @@ _OPTIONS_COMMANDS: Final = frozenset(
     }
 )
 """Commands whose body ends in an options block that must fill it (``docs/protocol.md``)."""
+_ANSWERED_BAD_BODIES: Final = _OPTIONS_COMMANDS | {CommandCode.GET_SNAPSHOT_FILE}
+"""Commands whose undecodable body Iggy answers with INVALID_COMMAND, keeping the
+connection: a malformed options block, and a snapshot request's bad codes."""
 
 
 _Handler = Callable[
@@ -866,10 +873,11 @@ class Node:
         except ProtocolError as error:
             if route is Route.LOGIN:
                 return _evict(header.client, EvictionReason.MALFORMED_LOGIN)
-            if error.code is IggyErrorCode.INVALID_COMMAND and code in _OPTIONS_COMMANDS:
-                # A malformed options block (trailing bytes read as options): Iggy answers
-                # it as a business error and keeps the connection.
-                return _status(header, int(error.code), refusal=f"bad options: {error.reason}")
+            if error.code is IggyErrorCode.INVALID_COMMAND and code in _ANSWERED_BAD_BODIES:
+                # A malformed options block (trailing bytes read as options), or a short
+                # snapshot request: Iggy answers it as a business error and keeps the
+                # connection.
+                return _status(header, int(error.code), refusal=f"bad body: {error.reason}")
             return _protocol_failure(header, error)
         if not stamped_checksum_valid(header.request_checksum, frame.body):
             return _status(
@@ -1524,6 +1532,7 @@ class Node:
             CommandCode.GET_CLUSTER_METADATA: self._get_cluster_metadata,
             CommandCode.DESCRIBE_OPTIONS: self._describe_options,
             CommandCode.GET_STATS: self._get_stats,
+            CommandCode.GET_SNAPSHOT_FILE: self._get_snapshot,
         }
 
     def _get_me(self, context: ConnectionContext, session: int, _: wire.RequestPayload) -> bytes:
@@ -1556,9 +1565,53 @@ class Node:
             raise StateError(denied)
         return self._stats_payload().encode()
 
-    async def _runtime_stats(self, context: ConnectionContext, header: RequestHeader) -> Response:
-        import json
+    def _get_snapshot(
+        self, _: ConnectionContext, session: int, payload: wire.RequestPayload
+    ) -> bytes:
+        """A zip of this node's diagnostics (``broker.core.diagnostics``), with
+        ``read_servers`` or ``manage_servers``, as Iggy's snapshot rule says."""
+        assert isinstance(payload, wire.GetSnapshot)
+        denied = self._state().permits(session, Action.READ_SERVERS)
+        if denied is not None:
+            raise StateError(denied)
+        plan = plan_snapshot(payload)
+        sources = self._snapshot_sources()
+        texts = {section: sources[section]() for section in plan.sections}
+        return snapshot_archive(plan, texts, now_us())
 
+    def _snapshot_sources(self) -> dict[SnapshotSection, Callable[[], str]]:
+        """The text of every section ``broker.core.diagnostics.SECTIONS_SERVED`` names."""
+        return {
+            SnapshotSection.FILESYSTEM_OVERVIEW: self._filesystem_overview,
+            SnapshotSection.RESOURCE_USAGE: self._resource_usage,
+            SnapshotSection.TEST: lambda: TEST_SECTION_TEXT,
+            SnapshotSection.SERVER_CONFIG: self._server_config,
+        }
+
+    def _filesystem_overview(self) -> str:
+        stats = self._stats_payload()
+        return (
+            f"data_dir: {self.config.data_dir}\n"
+            f"data_dir_used_bytes: {self.disk.used_bytes}\n"
+            f"free_disk_space_bytes: {stats.free_disk_space}\n"
+            f"total_disk_space_bytes: {stats.total_disk_space}\n"
+        )
+
+    def _resource_usage(self) -> str:
+        """GET_STATS's figures and the per-group counters (``viewstream stats``), as JSON."""
+        report = self.runtime_report()
+        body = {
+            "stats": dataclasses.asdict(self._stats_payload()),
+            "node": report.node,
+            "groups": report.groups,
+        }
+        return json.dumps(body, indent=2, sort_keys=True, default=str) + "\n"
+
+    def _server_config(self) -> str:
+        """The node's effective settings as JSON; secrets are masked by pydantic."""
+        return self.config.model_dump_json(indent=2) + "\n"
+
+    async def _runtime_stats(self, context: ConnectionContext, header: RequestHeader) -> Response:
         failure = await self._check_session(context, header)
         if failure is not None:
             return failure
