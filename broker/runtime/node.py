@@ -786,11 +786,17 @@ class Node:
         )
 
     def cluster_metadata(self) -> wire.ClusterMetadata:
-        addresses = self.config.client_addresses or [self.config.address]
-        names = self.config.node_names or [f"node-{index}" for index in range(len(addresses))]
+        names = self.config.cluster_node_names
+        # Without client_addresses the node knows only its own client address: it
+        # reports itself alone, under its own name and index.
+        roster = (
+            list(enumerate(zip(self.config.client_addresses, names, strict=True)))
+            if self.config.client_addresses
+            else [(self.replica_index, (self.config.address, names[self.replica_index]))]
+        )
         primary = self.metadata.primary_index
         nodes = []
-        for index, (address, name) in enumerate(zip(addresses, names, strict=True)):
+        for index, (address, name) in roster:
             host, port = parse_address(address)
             if index == self.replica_index and self.address is not None:
                 port = self.address[1]
