@@ -95,6 +95,10 @@ def serve(
             help="Name of every node, comma-separated, in replica order (cluster metadata).",
         ),
     ] = None,
+    node_name: Annotated[
+        str | None,
+        typer.Option("--node-name", help="This node's name in cluster metadata."),
+    ] = None,
     log_level: Annotated[
         str | None, typer.Option("--log-level", help="debug|info|warning|error")
     ] = None,
@@ -119,6 +123,7 @@ def serve(
             client_addresses=_split(client_addresses),
             cluster_name=cluster_name,
             node_names=_split(node_names),
+            node_name=node_name,
             log_level=log_level,
         )
     except ConfigError as error:

@@ -5,8 +5,11 @@ simulator run the same decisions. Modules are named by concept:
 
 - ``admission``: what a connection may cost the node before it has logged in.
 - ``capacity``: whether a topic's partitions fit the node's reserve.
-- ``commands``: which route each command takes, and what a write proposes to which group.
+- ``commands``: which route each command takes, Iggy's answers to codes whatever their
+  body (before login, legacy logins, codes not served), and what a write proposes to
+  which group.
 - ``connections``: what the node keeps of a connection, and what it answers with.
+- ``diagnostics``: GET_SNAPSHOT_FILE's sections and the zip archive that carries them.
 - ``execution``: what carrying out a replica's actions means for the node, and the storage
   work it leaves to the host.
 - ``forwarding``: requests a backup hands to its primary's node, each answered once.

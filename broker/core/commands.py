@@ -20,12 +20,18 @@ Invariants:
 3. What a write proposes is a function of the request, the session it acts for and the
    committed metadata at admission (plus, for a balanced send, the node's own round-robin
    counter, local as in Iggy), so every driver proposes the same op for the same request.
-4. Pure: no clock, IO, randomness or task; the driver catches the ``StateError`` a decision
+4. Before anything of a request is decoded, :func:`judge_code` gives Iggy's answer to the
+   codes it answers whatever the body: the legacy logins are evicted, logged in or not;
+   before login every non-replicated code but PING gets 40, known here or not; a code of
+   Iggy's this node does not serve as a command gets the answer Iggy's server gives it
+   (:data:`UNSERVED_CODES`).
+5. Pure: no clock, IO, randomness or task; the driver catches the ``StateError`` a decision
    raises and answers it with the error's code. A new access token is drawn by the driver
    and passed in (:func:`admit_create_token`); the raw token is handed to the client only
    by :func:`token_reply`, never proposed, logged or cached.
 
-Theory of operation: the driver decodes the frame, checks the session
+Theory of operation: the driver asks :func:`judge_code` about the header, decodes the
+frame, checks the session
 (``broker.core.sessions``) and looks the command's route up in :data:`ROUTES`; its handler
 for that route (a table of the driver's too) calls :func:`admit_metadata_write`,
 :func:`admit_send`, :func:`admit_offset_write` or :func:`admit_poll` and carries out what
@@ -55,7 +61,7 @@ from broker.state.partition_machine import resolved_offset_request
 from broker.state.routing import PartitionRoute, route_offset, route_poll, route_send
 from consensus.client_table import CachedReply, ClientTable, Verdict
 from sdk import wire
-from sdk.wire import CommandCode
+from sdk.wire import CommandCode, EvictionReason, IggyErrorCode, Operation
 from sdk.wire.codes import operation_for_code
 
 POLL_RESYNC_PARTITION: Final = 0xFFFF_FFFF
@@ -153,9 +159,72 @@ ROUTES: Final[Mapping[CommandCode, Route]] = MappingProxyType(
         CommandCode.GET_CLUSTER_METADATA: Route.NODE_READ,
         CommandCode.DESCRIBE_OPTIONS: Route.NODE_READ,
         CommandCode.GET_STATS: Route.NODE_READ,
+        CommandCode.GET_SNAPSHOT_FILE: Route.NODE_READ,
     }
 )
 """The route of every command this node serves (invariant 1)."""
+
+
+# -- codes answered before their body is looked at -------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CodeAnswered:
+    """Answer ``status`` and keep the connection; the request goes no further."""
+
+    status: int
+
+
+@dataclass(frozen=True, slots=True)
+class CodeEvicted:
+    """Evict the client with ``reason`` (the connection closes); ``why`` goes to the log."""
+
+    reason: EvictionReason
+    why: str
+
+
+CodeVerdict = CodeAnswered | CodeEvicted
+
+EVICTED_CODES: Final[Mapping[int, CodeEvicted]] = MappingProxyType(
+    {
+        # Iggy's logins from before the register handshake: its server refuses them whole
+        # with MalformedLogin, logged in or not, so a client of the old protocol fails at
+        # once instead of waiting for an answer it will never get.
+        CommandCode.LOGIN_USER: CodeEvicted(EvictionReason.MALFORMED_LOGIN, "a legacy login"),
+        CommandCode.LOGIN_WITH_PERSONAL_ACCESS_TOKEN: CodeEvicted(
+            EvictionReason.MALFORMED_LOGIN, "a legacy token login"
+        ),
+    }
+)
+"""Non-replicated codes evicted before any other check (invariant 4)."""
+
+UNSERVED_CODES: Final[Mapping[int, CodeAnswered]] = MappingProxyType(
+    {
+        # Iggy's server has no on-demand flush either and answers so: an empty OK would
+        # vouch for a sync nobody asked the disk for. Ours writes messages as they commit.
+        CommandCode.FLUSH_UNSAVED_BUFFER: CodeAnswered(IggyErrorCode.FEATURE_UNAVAILABLE),
+    }
+)
+"""Non-replicated codes of Iggy's that are not commands here, with Iggy's answer to a
+logged-in client (invariant 4)."""
+
+CODES_BEFORE_LOGIN: Final = frozenset({int(CommandCode.PING)})
+"""The only non-replicated code served to a connection that has not logged in (the
+register handshake travels as its own operation)."""
+
+
+def judge_code(operation: Operation, code: int, *, logged_in: bool) -> CodeVerdict | None:
+    """Iggy's answer to a request of ``operation`` and header ``code`` whatever its body,
+    on a connection that has (``logged_in``) or has not logged in; None: go on and
+    decode it (invariant 4)."""
+    if operation is not Operation.NON_REPLICATED:
+        return None
+    evicted = EVICTED_CODES.get(code)
+    if evicted is not None:
+        return evicted
+    if not logged_in and code not in CODES_BEFORE_LOGIN:
+        return CodeAnswered(IggyErrorCode.UNAUTHENTICATED)
+    return UNSERVED_CODES.get(code)
 
 
 # -- writes -----------------------------------------------------------------------------

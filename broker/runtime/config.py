@@ -163,6 +163,12 @@ class Config(BaseSettings):
         description="Name of every node, in replica order, as cluster metadata reports "
         "them; empty means node-0, node-1, ...",
     )
+    node_name: str | None = Field(
+        None,
+        description="This node's name in cluster metadata; unset means its entry of "
+        "`node_names`, or node-N (N: `replica`). With `node_names` set it must be this "
+        "node's entry there.",
+    )
     cluster_secret: SecretStr | None = Field(
         None,
         description="Shared secret that authenticates the replica bus (required for "
@@ -240,10 +246,16 @@ class Config(BaseSettings):
     @classmethod
     def _check_node_names(cls, value: list[str]) -> list[str]:
         for name in value:
-            if not 1 <= len(name.encode("utf-8")) <= NODE_NAME_SIZE_MAX:
-                raise ValueError(f"node name {name!r} is not 1 to 255 bytes of UTF-8")
+            _check_node_name(name)
         if len(set(value)) != len(value):
             raise ValueError("node names must be distinct")
+        return value
+
+    @field_validator("node_name")
+    @classmethod
+    def _check_own_node_name(cls, value: str | None) -> str | None:
+        if value is not None:
+            _check_node_name(value)
         return value
 
     @model_validator(mode="after")
@@ -255,6 +267,16 @@ class Config(BaseSettings):
             )
         if self.node_names and len(self.node_names) != count:
             raise ValueError(f"node_names lists {len(self.node_names)} nodes, replicas {count}")
+        if self.node_name is not None:
+            names = self.node_names or [f"node-{index}" for index in range(count)]
+            if self.node_names and self.replica < count and names[self.replica] != self.node_name:
+                raise ValueError(
+                    f"node_name {self.node_name!r} is not this node's entry of node_names "
+                    f"({names[self.replica]!r})"
+                )
+            others = names[: self.replica] + names[self.replica + 1 :]
+            if self.node_name in others:
+                raise ValueError(f"node_name {self.node_name!r} is another node's name")
         if self.replica >= count:
             raise ValueError(f"replica {self.replica} is outside the roster of {count}")
         if count > 1 and self.cluster_secret is None:
@@ -276,6 +298,15 @@ class Config(BaseSettings):
     @property
     def replica_count(self) -> int:
         return max(1, len(self.replicas))
+
+    @property
+    def cluster_node_names(self) -> list[str]:
+        """Every node's name, in replica order, as cluster metadata reports them."""
+        names = self.node_names or [f"node-{index}" for index in range(self.replica_count)]
+        if self.node_name is not None:
+            names = [*names]
+            names[self.replica] = self.node_name
+        return names
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -307,6 +338,11 @@ def _toml_path(
         if value:
             return Path(value)
     return None
+
+
+def _check_node_name(name: str) -> None:
+    if not 1 <= len(name.encode("utf-8")) <= NODE_NAME_SIZE_MAX:
+        raise ValueError(f"node name {name!r} is not 1 to 255 bytes of UTF-8")
 
 
 class ConfigError(Exception):

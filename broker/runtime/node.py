@@ -54,7 +54,9 @@ TransientNotAccepted and the client routes again.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import logging
 import os
 import platform
@@ -77,6 +79,8 @@ from broker.core.commands import (
     METADATA_READS,
     ROUTES,
     Balancer,
+    CodeAnswered,
+    CodeEvicted,
     Denied,
     Resync,
     Route,
@@ -87,10 +91,12 @@ from broker.core.commands import (
     admit_offset_write,
     admit_poll,
     committed_retry,
+    judge_code,
     resync_reply,
     token_reply,
 )
 from broker.core.connections import ConnectionContext, Response
+from broker.core.diagnostics import TEST_SECTION_TEXT, plan_snapshot, snapshot_archive
 from broker.core.groups import (
     REQUEST_MISMATCH_STATUS,
     REQUEST_TIMEOUT_US,
@@ -190,6 +196,7 @@ from sdk.wire import (
     Operation,
     ProtocolError,
     RequestHeader,
+    SnapshotSection,
     build_eviction_frame,
     build_reply_frame,
     build_reply_frame_parts,
@@ -225,10 +232,6 @@ SALT_SIZE_BYTES: Final = 16
 TOKEN_SIZE_BYTES: Final = 32
 """Bytes of OS randomness in a new personal access token (256 bits; 43 URL-safe base64
 characters on the wire, within a name's 255 bytes)."""
-_LEGACY_LOGIN_CODES: Final = frozenset(
-    {int(CommandCode.LOGIN_USER), int(CommandCode.LOGIN_WITH_PERSONAL_ACCESS_TOKEN)}
-)
-"""Iggy's logins before the register handshake (38, 44): evicted with MalformedLogin."""
 TRANSPORT_TCP: Final = 1
 _OPTIONS_COMMANDS: Final = frozenset(
     {
@@ -241,6 +244,9 @@ _OPTIONS_COMMANDS: Final = frozenset(
     }
 )
 """Commands whose body ends in an options block that must fill it (``docs/protocol.md``)."""
+_ANSWERED_BAD_BODIES: Final = _OPTIONS_COMMANDS | {CommandCode.GET_SNAPSHOT_FILE}
+"""Commands whose undecodable body Iggy answers with INVALID_COMMAND, keeping the
+connection: a malformed options block, and a snapshot request's bad codes."""
 
 
 _Handler = Callable[
@@ -779,11 +785,17 @@ class Node:
         )
 
     def cluster_metadata(self) -> wire.ClusterMetadata:
-        addresses = self.config.client_addresses or [self.config.address]
-        names = self.config.node_names or [f"node-{index}" for index in range(len(addresses))]
+        names = self.config.cluster_node_names
+        # Without client_addresses the node knows only its own client address: it
+        # reports itself alone, under its own name and index.
+        roster = (
+            list(enumerate(zip(self.config.client_addresses, names, strict=True)))
+            if self.config.client_addresses
+            else [(self.replica_index, (self.config.address, names[self.replica_index]))]
+        )
         primary = self.metadata.primary_index
         nodes = []
-        for index, (address, name) in enumerate(zip(addresses, names, strict=True)):
+        for index, (address, name) in roster:
             host, port = parse_address(address)
             if index == self.replica_index and self.address is not None:
                 port = self.address[1]
@@ -842,24 +854,16 @@ class Node:
             validate_request_header(header)
         except ProtocolError as error:
             return _protocol_failure(header, error)
-        if header.operation is Operation.NON_REPLICATED:
-            if header.code in _LEGACY_LOGIN_CODES:
-                # Logins go through the register handshake only; as Iggy, the legacy
-                # codes are refused whole, logged in or not, so the client fails fast.
-                return _evict(header.client, EvictionReason.MALFORMED_LOGIN, "a legacy login")
-            if header.code == RUNTIME_STATS_CODE:
-                return await self._runtime_stats(context, header)
+        verdict = judge_code(header.operation, header.code, logged_in=context.bound_session != 0)
+        if isinstance(verdict, CodeEvicted):
+            return _evict(header.client, verdict.reason, verdict.why)
+        if isinstance(verdict, CodeAnswered):
+            return _status(header, verdict.status)
+        if header.operation is Operation.NON_REPLICATED and header.code == RUNTIME_STATS_CODE:
+            return await self._runtime_stats(context, header)
         try:
             code = request_command_code(header)
         except ProtocolError as error:
-            if header.operation is Operation.NON_REPLICATED and context.bound_session == 0:
-                # Before login every code but PING gets 40, known to this node or not,
-                # as Iggy answers: a client learns what to do first, not what we lack.
-                return _status(header, ErrorCode.UNAUTHENTICATED)
-            if header.code == CommandCode.FLUSH_UNSAVED_BUFFER:
-                # Messages are written as they commit; there is no buffer to flush on
-                # demand, and an empty OK would vouch for a sync nobody asked the disk for.
-                return _status(header, ErrorCode.FEATURE_UNAVAILABLE)
             return _status(header, int(error.code))
         log.debug("request %d from %x: %s", header.request, header.client, code.name)
         route = ROUTES.get(code)
@@ -874,10 +878,11 @@ class Node:
         except ProtocolError as error:
             if route is Route.LOGIN:
                 return _evict(header.client, EvictionReason.MALFORMED_LOGIN)
-            if error.code is IggyErrorCode.INVALID_COMMAND and code in _OPTIONS_COMMANDS:
-                # A malformed options block (trailing bytes read as options): Iggy answers
-                # it as a business error and keeps the connection.
-                return _status(header, int(error.code), refusal=f"bad options: {error.reason}")
+            if error.code is IggyErrorCode.INVALID_COMMAND and code in _ANSWERED_BAD_BODIES:
+                # A malformed options block (trailing bytes read as options), or a short
+                # snapshot request: Iggy answers it as a business error and keeps the
+                # connection.
+                return _status(header, int(error.code), refusal=f"bad body: {error.reason}")
             return _protocol_failure(header, error)
         if not stamped_checksum_valid(header.request_checksum, frame.body):
             return _status(
@@ -1532,6 +1537,7 @@ class Node:
             CommandCode.GET_CLUSTER_METADATA: self._get_cluster_metadata,
             CommandCode.DESCRIBE_OPTIONS: self._describe_options,
             CommandCode.GET_STATS: self._get_stats,
+            CommandCode.GET_SNAPSHOT_FILE: self._get_snapshot,
         }
 
     def _get_me(self, context: ConnectionContext, session: int, _: wire.RequestPayload) -> bytes:
@@ -1564,9 +1570,53 @@ class Node:
             raise StateError(denied)
         return self._stats_payload().encode()
 
-    async def _runtime_stats(self, context: ConnectionContext, header: RequestHeader) -> Response:
-        import json
+    def _get_snapshot(
+        self, _: ConnectionContext, session: int, payload: wire.RequestPayload
+    ) -> bytes:
+        """A zip of this node's diagnostics (``broker.core.diagnostics``), with
+        ``read_servers`` or ``manage_servers``, as Iggy's snapshot rule says."""
+        assert isinstance(payload, wire.GetSnapshot)
+        denied = self._state().permits(session, Action.READ_SERVERS)
+        if denied is not None:
+            raise StateError(denied)
+        plan = plan_snapshot(payload)
+        sources = self._snapshot_sources()
+        texts = {section: sources[section]() for section in plan.sections}
+        return snapshot_archive(plan, texts, now_us())
 
+    def _snapshot_sources(self) -> dict[SnapshotSection, Callable[[], str]]:
+        """The text of every section ``broker.core.diagnostics.SECTIONS_SERVED`` names."""
+        return {
+            SnapshotSection.FILESYSTEM_OVERVIEW: self._filesystem_overview,
+            SnapshotSection.RESOURCE_USAGE: self._resource_usage,
+            SnapshotSection.TEST: lambda: TEST_SECTION_TEXT,
+            SnapshotSection.SERVER_CONFIG: self._server_config,
+        }
+
+    def _filesystem_overview(self) -> str:
+        stats = self._stats_payload()
+        return (
+            f"data_dir: {self.config.data_dir}\n"
+            f"data_dir_used_bytes: {self.disk.used_bytes}\n"
+            f"free_disk_space_bytes: {stats.free_disk_space}\n"
+            f"total_disk_space_bytes: {stats.total_disk_space}\n"
+        )
+
+    def _resource_usage(self) -> str:
+        """GET_STATS's figures and the per-group counters (``viewstream stats``), as JSON."""
+        report = self.runtime_report()
+        body = {
+            "stats": dataclasses.asdict(self._stats_payload()),
+            "node": report.node,
+            "groups": report.groups,
+        }
+        return json.dumps(body, indent=2, sort_keys=True, default=str) + "\n"
+
+    def _server_config(self) -> str:
+        """The node's effective settings as JSON; secrets are masked by pydantic."""
+        return self.config.model_dump_json(indent=2) + "\n"
+
+    async def _runtime_stats(self, context: ConnectionContext, header: RequestHeader) -> Response:
         failure = await self._check_session(context, header)
         if failure is not None:
             return failure

@@ -96,10 +96,12 @@ from sdk.wire.system import (
     ClusterMetadata,
     ConsumerSessionAttachment,
     DescribeOptions,
+    GetSnapshot,
     LoginRegister,
     LoginRegisterReply,
     OptionsCatalog,
     PollRoute,
+    SnapshotArchive,
     Stats,
 )
 from sdk.wire.tokens import (
@@ -210,6 +212,7 @@ RequestPayload: TypeAlias = (
     | ConsumerSessionAttachment
     | ClientRef
     | DescribeOptions
+    | GetSnapshot
     | UserRef
     | CreateUser
     | UpdateUser
@@ -226,6 +229,7 @@ ReplyPayload: TypeAlias = (
     | ClientInfoDetails
     | Clients
     | OptionsCatalog
+    | SnapshotArchive
     | ClusterMetadata
     | Stats
     | StreamDetails
@@ -304,6 +308,7 @@ COMMANDS: Final[dict[CommandCode, CommandSpec]] = dict(
     [
         _spec(CommandCode.PING, Empty),
         _spec(CommandCode.GET_STATS, Empty, Stats),
+        _spec(CommandCode.GET_SNAPSHOT_FILE, GetSnapshot, SnapshotArchive),
         _spec(CommandCode.GET_CLUSTER_METADATA, Empty, ClusterMetadata),
         _spec(CommandCode.DESCRIBE_OPTIONS, DescribeOptions, OptionsCatalog),
         _spec(CommandCode.GET_ME, Empty, ClientInfoDetails),

@@ -1,8 +1,8 @@
 """Payloads of the session and system commands: login, get_me, cluster metadata, stats.
 
 Purpose: typed request and reply payloads of LOGIN_REGISTER (40), GET_ME (20),
-GET_CLUSTER_METADATA (12) and GET_STATS (10); PING (1), LOGOUT_USER (39) and the
-argument-less reads use ``Empty``.
+GET_CLUSTER_METADATA (12), GET_STATS (10) and GET_SNAPSHOT_FILE (11); PING (1),
+LOGOUT_USER (39) and the argument-less reads use ``Empty``.
 
 Invariants (as for every payload module):
 
@@ -22,7 +22,8 @@ Invariants (as for every payload module):
 Sources: apache/iggy ``core/binary_protocol/src/version.rs`` (``ClientVersionInfo``),
 ``requests/users/login_register.rs``, ``responses/users/login_register.rs``,
 ``responses/clients/*.rs`` (GET_ME decodes a client-details reply),
-``responses/system/get_cluster_metadata.rs`` and ``responses/system/get_stats.rs``.
+``responses/system/get_cluster_metadata.rs``, ``responses/system/get_stats.rs``,
+``requests/system/get_snapshot.rs`` and ``core/common/src/types/snapshot/mod.rs``.
 The login body layout is confirmed by a frame captured from the official 0.9.0 SDK.
 """
 
@@ -34,7 +35,8 @@ from typing import Final, Self
 
 from sdk.wire._buffer import Buffer, Reader, Writer, read_whole
 from sdk.wire._payload import check_count, closed_enum, read_str32, write_str32
-from sdk.wire.codes import PROTOCOL_VERSION
+from sdk.wire.codes import PROTOCOL_VERSION, IggyErrorCode
+from sdk.wire.errors import ProtocolError
 from sdk.wire.primitives import decode_name, encode_name
 
 __all__ = [
@@ -54,6 +56,10 @@ __all__ = [
     "OptionDescriptor",
     "OptionsCatalog",
     "OptionsScope",
+    "GetSnapshot",
+    "SnapshotArchive",
+    "SnapshotCompression",
+    "SnapshotSection",
     "LoginRegister",
     "LoginRegisterReply",
     "PollRoute",
@@ -352,6 +358,87 @@ class OptionsCatalog:
         entries = tuple(OptionDescriptor.read(reader) for _ in range(count))
         reader.finish("options catalog")
         return cls(entries)
+
+
+class SnapshotCompression(enum.IntEnum):
+    """How GET_SNAPSHOT_FILE's archive compresses its files (Iggy's codes)."""
+
+    STORED = 1
+    DEFLATED = 2
+    BZIP2 = 3
+    ZSTD = 4
+    LZMA = 5
+    XZ = 6
+
+
+class SnapshotSection(enum.IntEnum):
+    """What GET_SNAPSHOT_FILE asks for (Iggy's ``SystemSnapshotType`` codes); ``ALL`` stands
+    alone and means every section but ``TEST``."""
+
+    FILESYSTEM_OVERVIEW = 1
+    PROCESS_LIST = 2
+    RESOURCE_USAGE = 3
+    TEST = 4
+    SERVER_LOGS = 5
+    SERVER_CONFIG = 6
+    ALL = 100
+
+
+@dataclass(frozen=True, slots=True)
+class GetSnapshot:
+    """GET_SNAPSHOT_FILE (11) request: ``[compression u8][count u8][section u8]*``.
+
+    Codes are kept as sent (``SnapshotCompression``, ``SnapshotSection``): a server judges
+    them, as Iggy's answers an unknown one with ``INVALID_COMMAND``. A body too short for
+    its count is ``INVALID_COMMAND`` too, the code Iggy's server gives it."""
+
+    compression: int
+    sections: tuple[int, ...]
+
+    def encode(self) -> bytes:
+        """The request body."""
+        if len(self.sections) > 0xFF:
+            raise ValueError(f"{len(self.sections)} snapshot sections: at most 255")
+        writer = Writer()
+        writer.u8(self.compression)
+        writer.u8(len(self.sections))
+        for section in self.sections:
+            writer.u8(section)
+        return writer.getvalue()
+
+    @classmethod
+    def read(cls, reader: Reader) -> Self:
+        """Read the codes; what follows is left unread."""
+        try:
+            compression = reader.u8()
+            count = reader.u8()
+            sections = tuple(reader.take(count))
+        except ProtocolError as error:
+            raise ProtocolError(
+                f"snapshot request: {error.reason}", IggyErrorCode.INVALID_COMMAND
+            ) from None
+        return cls(compression, sections)
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "snapshot request")
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotArchive:
+    """GET_SNAPSHOT_FILE (11) reply: the zip archive, the whole body, unframed."""
+
+    data: bytes
+
+    def encode(self) -> bytes:
+        """The reply payload."""
+        return self.data
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Take the whole body."""
+        return cls(bytes(body))
 
 
 class ClusterNodeRole(enum.IntEnum):

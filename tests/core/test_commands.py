@@ -9,6 +9,8 @@ from broker.core.commands import (
     POLL_RESYNC_PARTITION,
     ROUTES,
     Balancer,
+    CodeAnswered,
+    CodeEvicted,
     Denied,
     MetadataWrite,
     PollAdmitted,
@@ -22,6 +24,7 @@ from broker.core.commands import (
     admit_offset_write,
     admit_poll,
     committed_retry,
+    judge_code,
     resync_reply,
     token_reply,
 )
@@ -46,7 +49,7 @@ from broker.state.permissions import Permissions, StreamPermissions
 from consensus.client_table import ClientTable
 from consensus.messages import Prepare, make_prepare_header
 from sdk import wire
-from sdk.wire import COMMANDS, CommandCode
+from sdk.wire import COMMANDS, CommandCode, EvictionReason, IggyErrorCode
 from sdk.wire.batch import OutgoingMessage
 from sdk.wire.codes import Operation, operation_for_code
 from tests.state.helpers import ROOT_CLIENT_ID, Driver, driver_with_root
@@ -93,6 +96,47 @@ def test_every_command_of_the_codec_has_one_route_and_every_route_is_taken() -> 
                 Route.CHANGE_PASSWORD,
                 Route.CREATE_TOKEN,
             ), code
+
+
+@pytest.mark.parametrize("logged_in", [False, True])
+@pytest.mark.parametrize(
+    "code", [CommandCode.LOGIN_USER, CommandCode.LOGIN_WITH_PERSONAL_ACCESS_TOKEN]
+)
+def test_legacy_login_codes_are_evicted_logged_in_or_not(code: int, logged_in: bool) -> None:
+    verdict = judge_code(Operation.NON_REPLICATED, code, logged_in=logged_in)
+    assert isinstance(verdict, CodeEvicted)
+    assert verdict.reason is EvictionReason.MALFORMED_LOGIN
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        CommandCode.GET_STREAMS,
+        CommandCode.GET_STREAM,  # its body is never looked at
+        CommandCode.GET_SNAPSHOT_FILE,
+        CommandCode.FLUSH_UNSAVED_BUFFER,  # Iggy's, not a command here
+        CommandCode.CREATE_STREAM,  # a write sent as a read
+        9000,  # ours
+        9999,  # nobody's
+    ],
+)
+def test_before_login_every_non_replicated_code_but_ping_gets_40(code: int) -> None:
+    verdict = judge_code(Operation.NON_REPLICATED, code, logged_in=False)
+    assert verdict == CodeAnswered(IggyErrorCode.UNAUTHENTICATED)
+    assert judge_code(Operation.NON_REPLICATED, CommandCode.PING, logged_in=False) is None
+
+
+def test_logged_in_flush_gets_feature_unavailable_and_other_codes_go_on() -> None:
+    flush = judge_code(Operation.NON_REPLICATED, CommandCode.FLUSH_UNSAVED_BUFFER, logged_in=True)
+    assert flush == CodeAnswered(IggyErrorCode.FEATURE_UNAVAILABLE)
+    for code in (CommandCode.GET_STREAMS, CommandCode.GET_SNAPSHOT_FILE, 9999):
+        assert judge_code(Operation.NON_REPLICATED, code, logged_in=True) is None
+
+
+def test_replicated_operations_are_left_to_the_session_check() -> None:
+    for logged_in in (False, True):
+        assert judge_code(Operation.CREATE_STREAM, 0, logged_in=logged_in) is None
+        assert judge_code(Operation.REGISTER, 0, logged_in=logged_in) is None
 
 
 def test_a_metadata_write_is_judged_for_its_session_before_it_is_encoded() -> None:

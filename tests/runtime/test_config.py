@@ -93,6 +93,17 @@ def test_config_file_from_environment(tmp_path: Path, monkeypatch: pytest.Monkey
             },
             "node_names",
         ),
+        ({"node_name": ""}, "node_name"),
+        ({"node_name": "\u20ac" * 86}, "node_name"),  # 258 bytes
+        ({"node_names": ["a"], "node_name": "b"}, "node_name"),  # not its entry
+        (
+            {
+                "replicas": ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"],
+                "cluster_secret": "s" * 16,
+                "node_name": "node-2",  # replica 0 named as the default name of replica 2
+            },
+            "node_name",
+        ),
     ],
 )
 def test_config_invalid_setting_is_named(flags: dict[str, object], named: str) -> None:
@@ -116,3 +127,28 @@ def test_config_malformed_toml_is_reported(tmp_path: Path) -> None:
     toml.write_text("address = \n", encoding="utf-8")
     with pytest.raises(ConfigError, match="config_file"):
         load_config(config_file=toml)
+
+
+def test_config_names_from_the_file_and_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    toml = tmp_path / "node.toml"
+    toml.write_text('cluster_name = "from-file"\nnode_name = "file-node"\n', encoding="utf-8")
+    config = load_config(config_file=toml)
+    assert (config.cluster_name, config.cluster_node_names) == ("from-file", ["file-node"])
+    monkeypatch.setenv("VIEWSTREAM_NODE_NAME", "env-node")
+    config = load_config(config_file=toml)
+    assert (config.cluster_name, config.cluster_node_names) == ("from-file", ["env-node"])
+
+
+def test_config_node_name_names_this_node_and_the_others_keep_theirs() -> None:
+    roster = {
+        "replicas": ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"],
+        "cluster_secret": "s" * 16,
+        "replica": 1,
+    }
+    assert load_config(**roster).cluster_node_names == ["node-0", "node-1", "node-2"]
+    named = load_config(**roster, node_name="east-b")
+    assert named.cluster_node_names == ["node-0", "east-b", "node-2"]
+    listed = load_config(**roster, node_names=["a", "b", "c"], node_name="b")
+    assert listed.cluster_node_names == ["a", "b", "c"]

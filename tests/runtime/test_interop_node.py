@@ -27,6 +27,7 @@ from apache_iggy import (
     SendMessage,
 )
 
+from sdk import wire
 from tests.runtime.processes import ROOT_PASSWORD, NodeProcess, start_node
 
 _T = TypeVar("_T")
@@ -78,6 +79,34 @@ def test_cluster_and_node_names_are_the_configured_ones(tmp_path: Path) -> None:
     finally:
         named.kill()
     assert b"prod-east" in raw and b"n1" in raw and b"node-0" not in raw
+
+
+def test_names_from_the_config_file_and_environment_and_only_tcp_has_a_port(
+    tmp_path: Path,
+) -> None:
+    toml = tmp_path / "node.toml"
+    toml.write_text('cluster_name = "from-file"\nnode_name = "file-node"\n', encoding="utf-8")
+    named = start_node(
+        tmp_path / "data",
+        extra=["--config", str(toml)],
+        env={"VIEWSTREAM_NODE_NAME": "env-node"},  # the environment beats the file
+    )
+    try:
+
+        async def scenario() -> bytes:
+            client = await connect(named)
+            raw: bytes = await client.send_binary_request(12, b"")
+            return raw
+
+        metadata = wire.ClusterMetadata.decode(run(scenario()))
+        port = named.port
+    finally:
+        named.kill()
+    assert metadata.name == "from-file"
+    (only,) = metadata.nodes
+    assert (only.name, only.ip, only.tcp_port) == ("env-node", "127.0.0.1", port)
+    # TCP (with or without TLS) is the one client transport a node has.
+    assert (only.quic_port, only.http_port, only.websocket_port) == (0, 0, 0)
 
 
 def test_sdk_describe_options_gives_the_topic_keys_the_node_accepts(node: NodeProcess) -> None:

@@ -251,6 +251,57 @@ def test_before_login_every_code_but_ping_gets_40_known_or_not(limited: NodeProc
         assert flush.reply_header().status == IggyErrorCode.FEATURE_UNAVAILABLE
 
 
+def test_before_login_a_code_whose_body_would_not_decode_gets_40_and_keeps_the_connection(
+    limited: NodeProcess,
+) -> None:
+    # Each of these empty bodies is malformed (a logged-in client gets 4 or 3 for it): the
+    # answer before login says only that the client must log in first, as Iggy's does.
+    codes = (
+        CommandCode.GET_STREAM,
+        CommandCode.GET_CLIENT,
+        CommandCode.DESCRIBE_OPTIONS,
+        CommandCode.GET_SNAPSHOT_FILE,
+        9000,  # the node's own runtime counters
+    )
+    with WireClient(limited.address) as client:
+        for code in codes:
+            reply = client.call_raw(int(code), b"")
+            assert reply.command is wire.Command.REPLY, code
+            assert reply.reply_header().status == IggyErrorCode.UNAUTHENTICATED, code
+        client.login("iggy", ROOT_PASSWORD)
+        stream = client.call_raw(int(CommandCode.GET_STREAM), b"")
+        assert stream.reply_header().status == IggyErrorCode.INVALID_FORMAT
+
+
+def _result(frame: Frame) -> int:
+    """The status of a result-framed reply: the header's, else its one result entry's."""
+    status = frame.reply_header().status
+    if status or len(frame.body) < 12:
+        return status
+    count, _, result = struct.unpack_from("<III", frame.body)
+    return result if count else 0
+
+
+def test_user_names_and_passwords_are_bounded_in_bytes_as_iggy_counts_them(
+    limited: NodeProcess,
+) -> None:
+    # 17 three-byte characters: 51 bytes, one more than Iggy's 50, though only 17 characters.
+    too_long, longest = "\u20ac" * 17, "\u20ac" * 16 + "ab"
+    with WireClient(limited.address) as client:
+        client.login("iggy", ROOT_PASSWORD)
+        create = wire.CreateUser(too_long, "bytes-Pa55")
+        refused = client.call_raw(int(CommandCode.CREATE_USER), create.encode())
+        assert _result(refused) == IggyErrorCode.INVALID_USERNAME
+        update = wire.UpdateUser(wire.Identifier("iggy"), too_long)
+        refused = client.call_raw(int(CommandCode.UPDATE_USER), update.encode())
+        assert _result(refused) == IggyErrorCode.INVALID_USERNAME
+        password = wire.CreateUser("bytes-user", "\u20ac" * 33 + "ab")  # 101 bytes
+        refused = client.call_raw(int(CommandCode.CREATE_USER), password.encode())
+        assert _result(refused) == IggyErrorCode.INVALID_PASSWORD
+        created = client.call(CommandCode.CREATE_USER, wire.CreateUser(longest, "bytes-Pa55"))
+        assert isinstance(created, wire.UserDetails) and created.user.username == longest
+
+
 def test_describe_options_of_an_unknown_scope_is_invalid_and_keeps_the_connection(
     limited: NodeProcess,
 ) -> None:

@@ -317,6 +317,7 @@ SERVER_COMMANDS: list[tuple[str, CommandCode, bytes]] = [
         wire.ChangePassword(_ident("iggy"), ROOT_PASSWORD, "stolen-Pa55").encode(),
     ),
     ("delete_user", CommandCode.DELETE_USER, wire.UserRef(_ident("iggy")).encode()),
+    ("get_snapshot_file", CommandCode.GET_SNAPSHOT_FILE, wire.GetSnapshot(2, (4,)).encode()),
 ]
 
 

@@ -22,6 +22,7 @@ from sdk.wire import (
 PROTOCOL_TABLE = [
     (1, 2, False),
     (10, 2, False),
+    (11, 2, False),
     (12, 2, False),
     (13, 2, False),
     (14, 2, False),

@@ -48,6 +48,7 @@ TRAILING: Final[dict[CommandCode, IggyErrorCode | None]] = {
     CommandCode.GET_ME: _IGNORED,
     CommandCode.GET_CLIENT: _IGNORED,
     CommandCode.DESCRIBE_OPTIONS: _IGNORED,
+    CommandCode.GET_SNAPSHOT_FILE: _IGNORED,
     CommandCode.GET_CLIENTS: _IGNORED,
     CommandCode.ATTACH_CONSUMER_SESSION: _IGNORED,  # ours; Iggy's general rule
     CommandCode.GET_USER: _IGNORED,
