@@ -173,6 +173,8 @@ class CodeAnswered:
     """Answer ``status`` and keep the connection; the request goes no further."""
 
     status: int
+    refusal: str = ""
+    """What the refusal log line says, where the status alone does not (or "")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +225,7 @@ def judge_code(operation: Operation, code: int, *, logged_in: bool) -> CodeVerdi
     if evicted is not None:
         return evicted
     if not logged_in and code not in CODES_BEFORE_LOGIN:
-        return CodeAnswered(IggyErrorCode.UNAUTHENTICATED)
+        return CodeAnswered(IggyErrorCode.UNAUTHENTICATED, "not logged in")
     return UNSERVED_CODES.get(code)
 
 

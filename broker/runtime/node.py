@@ -858,7 +858,7 @@ class Node:
         if isinstance(verdict, CodeEvicted):
             return _evict(header.client, verdict.reason, verdict.why)
         if isinstance(verdict, CodeAnswered):
-            return _status(header, verdict.status)
+            return _status(header, verdict.status, refusal=verdict.refusal)
         if header.operation is Operation.NON_REPLICATED and header.code == RUNTIME_STATS_CODE:
             return await self._runtime_stats(context, header)
         try:

@@ -122,7 +122,7 @@ def test_legacy_login_codes_are_evicted_logged_in_or_not(code: int, logged_in: b
 )
 def test_before_login_every_non_replicated_code_but_ping_gets_40(code: int) -> None:
     verdict = judge_code(Operation.NON_REPLICATED, code, logged_in=False)
-    assert verdict == CodeAnswered(IggyErrorCode.UNAUTHENTICATED)
+    assert verdict == CodeAnswered(IggyErrorCode.UNAUTHENTICATED, "not logged in")
     assert judge_code(Operation.NON_REPLICATED, CommandCode.PING, logged_in=False) is None
 
 
