@@ -22,12 +22,15 @@ Invariants:
    connection to the primary drops first, with ``TransientNotCommitted`` (its fate is
    unknown).
 6. A read index is the primary's commit number, asked for by a backup that must serve a
-   read no older than anything the primary acknowledged (a stored consumer offset), or
-   that lacks ops the primary committed (a connection's own writes, the op creating a
-   group it was just sent traffic for). The primary answers only in normal status in the
-   asker's view, and sends a ``Commit`` to the asker on the same link just before its
-   answer, so the backup knows the commit (and repairs what it lacks) by the time it
-   reads the answer. A link that drops answers every pending ask with None.
+   read no older than anything the group acknowledged (a stored consumer offset: then
+   confirmed, ``broker.core.reads``, by enough replicas in the asker's view that no newer
+   view can have committed anything), or that lacks ops the primary committed (a
+   connection's own writes, the op creating a group it was just sent traffic for). The
+   primary answers its commit only in normal status in the asker's view, and sends a
+   ``Commit`` to the asker on the same link just before its answer, so the backup knows
+   the commit (and repairs what it lacks) by the time it reads the answer; another
+   replica answers whether it is in that view. A link that drops answers every pending
+   ask of it as "not in the view".
 7. A consensus message for a group this node has not created yet is held (at most
    ``HELD_MESSAGES_MAX`` at once, each at most ``GROUP_WAIT_S``) until the group opens,
    then delivered; otherwise dropped and counted, like a lost message.
@@ -65,6 +68,7 @@ import trio
 
 from broker.core.forwarding import Forwards, forward_target
 from broker.core.groups import Outcome, Refused, Replied, SessionLost, Submission
+from broker.core.reads import ReadIndexRound, read_index_answer
 from broker.core.refusals import RefusalLimiter
 from broker.runtime.config import Config, parse_address
 from broker.runtime.group import GroupHost
@@ -112,8 +116,11 @@ _FORWARD: Final = struct.Struct("<QQ16sQQIQ16s")
 _FORWARD_REPLY: Final = struct.Struct("<QBQQQI")
 # token, group, view of the asker
 _READ_INDEX: Final = struct.Struct("<QQQ")
-# token, answered (0 or 1), commit
+# token, answer (0: not in the asker's view, 1: its primary, with its commit, 2: a replica
+# in the view that is not its primary), commit
 _READ_INDEX_REPLY: Final = struct.Struct("<QBQ")
+_ANSWER_PRIMARY: Final = 1
+_ANSWER_IN_VIEW: Final = 2
 
 
 class FrameKind(enum.IntEnum):
@@ -157,14 +164,14 @@ def _mac(secret: bytes, label: bytes, *parts: bytes) -> bytes:
 
 @dataclass(eq=False)
 class ReadIndexAsk:
-    """One read-index ask waiting for its answer: the primary's commit, or None."""
+    """One read index waiting for its answers (``broker.core.reads.ReadIndexRound``)."""
 
+    round: ReadIndexRound
     done: trio.Event = field(default_factory=trio.Event)
-    commit: int | None = None
 
-    def answer(self, commit: int | None) -> None:
-        if not self.done.is_set():
-            self.commit = commit
+    def answer(self, replica: int, in_view: bool, commit: int | None) -> None:
+        self.round.answered(replica, in_view, commit)
+        if self.round.commit is not None or self.round.failed:
             self.done.set()
 
 
@@ -303,30 +310,38 @@ class ReplicaBus:
             # The group decides again: the primary may have changed while the link was down.
             host.submit(submission)
 
-    async def read_index(self, host: GroupHost) -> int | None:
-        """The commit number of the group's primary, asked of its node (invariant 6).
+    async def read_index(self, host: GroupHost, *, confirmed: bool = False) -> int | None:
+        """The commit number of the group's primary, asked of its node (invariant 6);
+        ``confirmed``: with enough replicas in this view that no newer one can have
+        committed anything (``broker.core.reads``), as a fresh read needs.
 
-        None when this replica is not a backup in normal status, the primary's node is not
-        linked, the primary is in another view or not primary any more, or the link drops
-        first. Unbounded otherwise: the caller bounds the wait.
+        None when this replica is not a backup in normal status, the round cannot be
+        decided (the primary is in another view or not primary any more, too many replicas
+        are in other views or not linked), or the links drop first. Unbounded otherwise:
+        the caller bounds the wait.
         """
         replica = host.replica
-        primary = host.primary_index
-        if replica is None or primary is None or primary == self.index:
+        if host.primary_index is None or replica is None or replica.is_primary:
             return None
-        peer = self.peers[primary]
+        ask = ReadIndexAsk(ReadIndexRound(replica, confirmed=confirmed))
         self._token += 1
         token = self._token
-        ask = ReadIndexAsk()
         ask_frame = _READ_INDEX.pack(token, host.group_id, replica.view)
-        if not self._enqueue(peer, FrameKind.READ_INDEX, ask_frame):
-            return None
-        peer.read_indexes[token] = ask
+        asked: list[Peer] = []
+        for index in ask.round.peers():
+            peer = self.peers[index]
+            if self._enqueue(peer, FrameKind.READ_INDEX, ask_frame):
+                peer.read_indexes[token] = ask
+                asked.append(peer)
+            else:
+                ask.answer(index, False, None)  # not linked: it cannot confirm
         try:
-            await ask.done.wait()
+            if not ask.done.is_set():
+                await ask.done.wait()
         finally:
-            peer.read_indexes.pop(token, None)
-        return ask.commit
+            for peer in asked:
+                peer.read_indexes.pop(token, None)
+        return ask.round.commit
 
     def _enqueue(self, peer: Peer, kind: FrameKind, payload: bytes) -> bool:
         if peer.stream is None:
@@ -498,7 +513,7 @@ class ReplicaBus:
                 peer.outgoing_bytes = 0
                 self._forwards.peer_lost(peer.index)
                 for ask in peer.read_indexes.values():
-                    ask.answer(None)
+                    ask.answer(peer.index, False, None)
                 peer.read_indexes.clear()
 
     async def _write_until_broken(
@@ -694,21 +709,24 @@ class ReplicaBus:
             raise BusError(f"replica {peer.index} sent a bad read-index ask")
         token, group, view = _READ_INDEX.unpack(payload)
         host = self._node.groups.get(group)
-        commit = None if host is None else host.read_index(view)
+        in_view, commit = read_index_answer(None if host is None else host.replica, view)
         if commit is not None:
             # Ahead of the answer on the same link: the asker's replica takes the commit
             # before its reader sees the answer (the primary's own heartbeat, sent early).
             self.send(peer.index, Commit(group, self.index, view, commit))
-        answer = _READ_INDEX_REPLY.pack(token, commit is not None, commit or 0)
+            answer = _READ_INDEX_REPLY.pack(token, _ANSWER_PRIMARY, commit)
+        else:
+            answer = _READ_INDEX_REPLY.pack(token, _ANSWER_IN_VIEW if in_view else 0, 0)
         self._enqueue(peer, FrameKind.READ_INDEX_REPLY, answer)
 
     def _on_read_index_reply(self, peer: Peer, payload: bytearray) -> None:
         if len(payload) != _READ_INDEX_REPLY.size:
             raise BusError(f"replica {peer.index} sent a bad read-index answer")
-        token, answered, commit = _READ_INDEX_REPLY.unpack(payload)
+        token, answer, commit = _READ_INDEX_REPLY.unpack(payload)
         ask = peer.read_indexes.pop(token, None)
         if ask is not None:
-            ask.answer(commit if answered else None)
+            primary = answer == _ANSWER_PRIMARY
+            ask.answer(peer.index, answer != 0, commit if primary else None)
 
 
 def _address_of(stream: trio.SocketStream) -> str:

@@ -424,14 +424,6 @@ class GroupHost:
             return None
         return replica.primary
 
-    def read_index(self, view: int) -> int | None:
-        """This replica's commit number if it is the primary in normal status in ``view``
-        (a backup of ``view`` may then serve reads up to it), else None."""
-        replica = self.replica
-        if not self.is_primary or replica is None or replica.view != view:
-            return None
-        return replica.commit_max
-
     # -- the task ---------------------------------------------------------------------------
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:

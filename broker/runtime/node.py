@@ -118,6 +118,7 @@ from broker.core.maintenance import (
     root_user_due,
     tokens_expiry_due,
 )
+from broker.core.reads import READ_WAIT_US
 from broker.core.reconcile import METADATA_GROUP, partition_group_id, reconcile
 from broker.core.refusals import refusal_line
 from broker.core.sessions import (
@@ -213,8 +214,9 @@ log = logging.getLogger("viewstream.node")
 
 REQUEST_TIMEOUT_S: Final = REQUEST_TIMEOUT_US / 1_000_000
 """A request not answered by its group within this long gets a transient error."""
-CATCH_UP_TIMEOUT_S: Final = 2.0
-"""How long a request waits for this node to apply what its connection already saw."""
+CATCH_UP_TIMEOUT_S: Final = READ_WAIT_US / 1_000_000
+"""How long a request waits for this node to apply what its connection already saw, or
+for a read barrier (``broker.core.reads``)."""
 SHUTDOWN_CONNECTIONS_TIMEOUT_S: Final = 5.0
 """Graceful shutdown waits this long for connections to finish their request in hand."""
 MAINTENANCE_INTERVAL_S: Final = 0.1
@@ -948,17 +950,17 @@ class Node:
         """Wait (bounded) until ``host`` may answer a read of committed state that must
         see ``op`` (``GroupHost.wait_readable``); False when it still may not.
 
-        ``fresh``: the read must also see everything the primary has acknowledged to any
+        ``fresh``: the read must also see everything the group has acknowledged to any
         client (a stored consumer offset the client may have stored through another node).
         A backup asked for a fresh read, or behind ``op``, asks the primary's node for its
-        commit (``ReplicaBus.read_index``) and waits until it has applied that far, rather
-        than until the next prepare or heartbeat tells it.
+        commit (``ReplicaBus.read_index``, confirmed for a fresh read) and waits until it
+        has applied that far, rather than until the next prepare or heartbeat tells it.
         """
         with trio.move_on_after(CATCH_UP_TIMEOUT_S):
             await host.wait_readable(0)  # normal status, the view's start op applied
             behind = host.applied_op < op
             if (fresh or behind) and self.bus is not None and not host.is_primary:
-                commit = await self.bus.read_index(host)
+                commit = await self.bus.read_index(host, confirmed=fresh)
                 if commit is None and fresh:
                     return False
                 op = max(op, commit or 0)

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import random
 
-from broker.core.reads import readable
+from broker.core.reads import (
+    ReadIndexRound,
+    read_index_answer,
+    read_index_confirmations,
+    readable,
+)
 from consensus.events import MessageReceived
 from consensus.messages import StartViewChange
 from consensus.replica import Replica, Status
@@ -29,3 +34,60 @@ def test_no_reads_while_the_group_opens_or_its_view_changes() -> None:
     backup.step(MessageReceived(StartViewChange(0, 2, 1)))
     assert backup.status is Status.VIEW_CHANGE
     assert not readable(backup, 0)
+
+
+def _replica(index: int, count: int) -> Replica:
+    return Replica(
+        0, index, count, MemoryLog(), LedgerStateMachine(), random.Random(index), config=TEST_CONFIG
+    )
+
+
+def test_read_index_confirmations_outnumber_the_replicas_a_newer_view_could_hold() -> None:
+    # A newer view needs a majority; the asker's view must keep more than the rest.
+    assert [read_index_confirmations(n) for n in (1, 2, 3, 4, 5, 7)] == [1, 1, 2, 2, 3, 4]
+
+
+def test_only_the_primary_in_the_askers_view_answers_its_commit() -> None:
+    primary, backup = _replica(0, 3), _replica(1, 3)
+    assert read_index_answer(primary, 0) == (True, primary.commit_max)
+    assert read_index_answer(backup, 0) == (True, None)
+    assert read_index_answer(primary, 1) == (False, None)  # the asker is in a newer view
+    assert read_index_answer(None, 0) == (False, None)  # the group is not open there
+    backup.step(MessageReceived(StartViewChange(0, 2, 1)))
+    assert read_index_answer(backup, 0) == (False, None)  # it left view 0
+
+
+def test_with_three_replicas_the_primarys_answer_decides_the_round() -> None:
+    round_ = ReadIndexRound(_replica(1, 3))
+    assert round_.peers() == [0]
+    assert round_.commit is None and not round_.failed
+    round_.answered(0, True, 7)
+    assert round_.commit == 7
+
+
+def test_with_five_replicas_one_more_backup_must_confirm_the_view() -> None:
+    """The case a primary and a backup cut off from a newer view of three replicas would
+    get wrong: their view's commit misses what the newer view acknowledged."""
+    round_ = ReadIndexRound(_replica(1, 5))
+    assert round_.peers() == [0, 2, 3, 4]
+    round_.answered(0, True, 7)
+    assert round_.commit is None  # the asker and the primary: two of the three needed
+    round_.answered(2, False, None)
+    round_.answered(3, False, None)
+    assert round_.commit is None and not round_.failed
+    round_.answered(4, True, None)
+    assert round_.commit == 7
+
+
+def test_a_round_fails_once_it_cannot_be_decided() -> None:
+    denied = ReadIndexRound(_replica(1, 3))
+    denied.answered(0, False, None)  # the primary moved on
+    assert denied.failed and denied.commit is None
+    cut_off = ReadIndexRound(_replica(1, 5))
+    for other in (2, 3, 4):
+        cut_off.answered(other, False, None)
+    assert cut_off.failed  # only the asker and the primary are left: two of three
+    hint = ReadIndexRound(_replica(1, 5), confirmed=False)
+    assert hint.peers() == [0]
+    hint.answered(0, True, 9)
+    assert hint.commit == 9  # a hint to learn the commit, not a fresh read's barrier
