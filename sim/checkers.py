@@ -43,7 +43,12 @@ Properties (Jepsen's names in brackets, ``reference/vsr.md`` §4.2):
    never one that ended (a closed connection's, a logout's, one a new login replaced).
    The metadata model also demands that a committed command under an ended session is
    refused as not logged in, never applied.
-12. ``converged`` (at the end): after healing, every replica of every group that still
+12. ``fresh-read``: a stored consumer offset read at any node reflects its partition
+   group at an applied op no older than every op of the group acknowledged, to any
+   client, before the read was first sent [stale-read]: a backup's read index must come
+   from its view's primary and from enough replicas of that view that no newer view can
+   have acknowledged anything (``broker.core.reads``).
+13. ``converged`` (at the end): after healing, every replica of every group that still
    exists holds every op ever committed [lost-write of a whole committed suffix].
 
 Liveness (every pending request finishes in the healed phase) is judged by the world,
@@ -52,6 +57,7 @@ which knows the phases; it raises :class:`CheckFailed` with kind ``liveness``.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Literal
@@ -108,6 +114,25 @@ class Ack:
 
 
 @dataclass(slots=True)
+class _AckTimeline:
+    """A group's acknowledged ops in the order their replies arrived: for each, the tick
+    and the highest op acknowledged up to it."""
+
+    ticks: list[int] = field(default_factory=list)
+    highest: list[int] = field(default_factory=list)
+
+    def add(self, tick: int, op: int) -> None:
+        assert not self.ticks or tick >= self.ticks[-1]
+        self.ticks.append(tick)
+        self.highest.append(max(op, self.highest[-1] if self.highest else 0))
+
+    def max_before(self, tick: int) -> int:
+        """The highest op acknowledged at a tick before ``tick`` (0: none)."""
+        index = bisect.bisect_left(self.ticks, tick)
+        return self.highest[index - 1] if index else 0
+
+
+@dataclass(slots=True)
 class Checkers:
     """Every safety checker of a run; implements the node observer and client reporter."""
 
@@ -123,6 +148,10 @@ class Checkers:
     _last_applied: dict[tuple[int, int], int | None] = field(default_factory=dict)
     _seen: dict[tuple[int, int], _ReplicaSeen] = field(default_factory=dict)
     acks: list[Ack] = field(default_factory=list)
+    #: Every group's acknowledged ops, by the tick their reply reached the client.
+    _acked: dict[int, _AckTimeline] = field(default_factory=dict)
+    #: Stored-offset reads checked against ``_acked`` (``fresh-read``).
+    fresh_reads_checked: int = 0
     abandoned: int = 0
     polls_checked: int = 0
     #: Read-backs answered on the connection that acknowledged their send.
@@ -324,10 +353,14 @@ class Checkers:
         self.abandoned += 1
 
     def on_reply(self, client: Client, pending: Pending, reply: ClientReply) -> None:
+        if pending.kind is Kind.OFFSET_READ:
+            self._check_fresh_read(client, pending, reply)
+            return
         if pending.kind in READS:
             self._check_poll(client, pending, reply)
             return
         group = reply.group
+        self._acked.setdefault(group, _AckTimeline()).add(pending.replied_tick, reply.op)
         known = self.committed.get(group, {}).get(reply.op)
         if known is None:
             raise CheckFailed(
@@ -385,6 +418,22 @@ class Checkers:
                     f"lost-write: message {message_id:#x} acked at offset "
                     f"{ack.base_offset + index} of partition {ack.partition} is at {offset}",
                 )
+
+    def _check_fresh_read(self, client: Client, pending: Pending, reply: ClientReply) -> None:
+        """A stored-offset read reflects its group at an op no older than any op of the
+        group acknowledged, to any client, before the read was first sent."""
+        self.fresh_reads_checked += 1
+        timeline = self._acked.get(reply.group)
+        acked = 0 if timeline is None else timeline.max_before(pending.first_sent_tick)
+        if reply.read_op < acked:
+            raise CheckFailed(
+                "correctness",
+                "fresh-read",
+                f"client {client.index} read a stored offset of partition "
+                f"{pending.partition} on node {pending.replied_by} at op {reply.read_op}, "
+                f"but op {acked} of that group was acknowledged before the read was sent "
+                "(stale-read)",
+            )
 
     def _check_poll(self, client: Client, pending: Pending, reply: ClientReply) -> None:
         if pending.kind is Kind.POLL_DELETED:

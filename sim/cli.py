@@ -180,6 +180,8 @@ def _run_swarm(seeds: range, *, faults: bool, plant: str | None, strict: bool) -
         "sessions_closed",
         "forwarded_writes",
         "backup_polls",
+        "fresh_reads",
+        "fresh_reads_checked",
         "read_backs",
         "topics_created",
         "topics_deleted",

@@ -89,6 +89,7 @@ class Kind(enum.Enum):
     READ_BACK = "read_back"
     POLL_DELETED = "poll_deleted"
     STORE_OFFSET = "store_offset"
+    OFFSET_READ = "offset_read"
     CREATE_CHURN_TOPIC = "create_churn_topic"
     CREATE_PARTITION = "create_partition"
     DELETE_PARTITION = "delete_partition"
@@ -97,7 +98,7 @@ class Kind(enum.Enum):
 
 
 #: Kinds answered from committed local state, not through consensus.
-READS: Final = (Kind.POLL, Kind.READ_BACK, Kind.POLL_DELETED)
+READS: Final = (Kind.POLL, Kind.READ_BACK, Kind.POLL_DELETED, Kind.OFFSET_READ)
 #: The operator's topic churn (with its sends to the churned topic's partitions).
 CHURN: Final = (
     Kind.CREATE_CHURN_TOPIC,
@@ -120,6 +121,9 @@ class Pending:
     route: tuple[int, int]
     request: ClientRequest
     sent_tick: int
+    #: The tick of its first transmission, and of the reply that completed it.
+    first_sent_tick: int = -1
+    replied_tick: int = -1
     #: Send: the partition and the message ids; poll: the partition and the position.
     partition: int = 0
     message_ids: tuple[int, ...] = ()
@@ -536,6 +540,16 @@ class Client:
                 partition=partition,
                 offset=offset,
             )
+        if roll < 0.38:
+            # Read back what is stored, at any node: a backup asks for a read index.
+            read = wire.GetConsumerOffset(consumer, stream_id, topic_id, partition).encode()
+            return Pending(
+                Kind.OFFSET_READ,
+                (TOPIC_ID, partition),
+                self._request(CommandCode.GET_CONSUMER_OFFSET, read),
+                0,
+                partition=partition,
+            )
         as_member = self.joined and self.prng.random() < 0.5
         if as_member:
             # The partition may be another member's in this generation: the node then
@@ -565,6 +579,8 @@ class Client:
     def _transmit(self, tick: int, pending: Pending, *, broadcast: bool) -> None:
         pending.attempts += 1
         pending.sent_tick = tick
+        if pending.first_sent_tick < 0:
+            pending.first_sent_tick = tick
         nodes = self.options.node_count
         if broadcast:
             for node in range(nodes):
@@ -648,6 +664,7 @@ class Client:
             # forwarded the write.
             self.primary_hint[pending.route] = reply.primary if reply.primary >= 0 else node
         pending.replied_by = node
+        pending.replied_tick = tick
         self.reporter.on_reply(self, pending, reply)
         self._advance(tick, pending, reply)
         self.pending = None

@@ -1,7 +1,8 @@
 """The simulated network: delay, loss, duplication, reordering and partitions.
 
-Purpose: carry replica frames and forwarded requests between nodes, and client requests
-and replies between clients and nodes, with the faults a real network has, from one PRNG stream.
+Purpose: carry replica frames, forwarded requests and read-index asks between nodes, and
+client requests and replies between clients and nodes, with the faults a real network
+has, from one PRNG stream.
 
 Invariants:
 
@@ -9,9 +10,10 @@ Invariants:
    delivery order is a pure function of those draws: ``(deliver_tick, sequence)``.
 2. Reordering is not a separate fault: two packets on one link with independent delays
    arrive in either order.
-3. Partitions block the links between nodes only (as in the VOPR): replica frames and
-   forwarded requests; client links suffer delay, loss and duplication. A blocked link
-   drops packets at delivery time, so a partition also catches packets already in flight.
+3. Partitions block the links between nodes only (as in the VOPR): replica frames,
+   forwarded requests and read-index asks; client links suffer delay, loss and
+   duplication. A blocked link drops packets at delivery time, so a partition also
+   catches packets already in flight.
 4. A packet to a node that is down when it arrives is dropped.
 
 Theory of operation: a min-heap of packets keyed by delivery tick and a send counter.
@@ -95,6 +97,9 @@ class ClientReply:
     #: The consensus group the reply is of: the group whose op ``op`` is, or the
     #: partition group that served a poll. Observed for the checkers.
     group: int = 0
+    #: Reads only: the op the serving replica had applied when it read. Observed for the
+    #: checkers; a real reply carries no such field.
+    read_op: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +126,33 @@ class ForwardedOutcome:
     outcome: Outcome
 
 
-Payload = ReplicaFrame | ClientRequest | ClientReply | ForwardedRequest | ForwardedOutcome
+@dataclass(frozen=True, slots=True)
+class ReadIndexAsk:
+    """A backup's read-index ask for ``group`` in ``view`` (the replica bus's frame)."""
+
+    token: int
+    group: int
+    view: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadIndexReply:
+    """The answer to a :class:`ReadIndexAsk` (``broker.core.reads.read_index_answer``)."""
+
+    token: int
+    in_view: bool
+    commit: int | None
+
+
+Payload = (
+    ReplicaFrame
+    | ClientRequest
+    | ClientReply
+    | ForwardedRequest
+    | ForwardedOutcome
+    | ReadIndexAsk
+    | ReadIndexReply
+)
 
 
 @dataclass(order=True, slots=True)

@@ -25,6 +25,10 @@ Invariants:
    ``REQUEST_TIMEOUT_TICKS``, 58 or 59 as the runtime's submitter says. A backup forwards
    it to the node of the view's primary and answers it with that node's outcome
    (``broker.core.forwarding``), or with 59 once its submitter's deadline passed.
+6. A stored-offset read is answered once: from the partition's applied state when its
+   barrier holds (``broker.core.reads``; at a backup, after a decided read index), or
+   with 58 when the round fails or ``READ_WAIT_TICKS`` pass; a crash drops it with its
+   connection.
 
 Theory of operation: group 0 is the metadata group. After every step that applied
 metadata ops (or restored a snapshot), the node reconciles its partition groups with the
@@ -76,7 +80,7 @@ from broker.core.groups import (
     timed_out,
 )
 from broker.core.identity import internal_checksum, register_checksum, request_checksum
-from broker.core.reads import readable
+from broker.core.reads import READ_WAIT_US, ReadIndexRound, read_index_answer, readable
 from broker.core.reconcile import METADATA_GROUP, reconcile
 from broker.core.sessions import (
     MetadataView,
@@ -102,7 +106,9 @@ from broker.state.metadata import (
     PartitionRef,
 )
 from broker.state.metadata_machine import MetadataMachine
+from broker.state.partition import ConsumerKey
 from broker.state.partition_machine import PartitionMachine
+from broker.state.routing import route_offset
 from consensus.config import ReplicaConfig
 from consensus.events import (
     Action,
@@ -118,7 +124,7 @@ from consensus.events import (
     WriteCheckpoint,
     WriteSuperblock,
 )
-from consensus.messages import Message, Prepare, encode_message
+from consensus.messages import Commit, Message, Prepare, encode_message
 from consensus.protocols import DurableState, Prepared
 from consensus.replica import Replica, Status
 from sdk import wire
@@ -130,6 +136,8 @@ from sim.network import (
     ForwardedOutcome,
     ForwardedRequest,
     Payload,
+    ReadIndexAsk,
+    ReadIndexReply,
     ReplicaFrame,
 )
 from sim.options import Options
@@ -139,6 +147,8 @@ TICK_US: Final = 10_000
 """One tick is 10 ms of simulated wall clock, as in production."""
 REQUEST_TIMEOUT_TICKS: Final = REQUEST_TIMEOUT_US // TICK_US
 """How long a request waits for its group before it is told 58 or 59, as in production."""
+READ_WAIT_TICKS: Final = READ_WAIT_US // TICK_US
+"""How long a read waits for its barrier before it is told 58, as in production."""
 STREAM_ID: Final = 0
 TOPIC_ID: Final = 0
 """The ids of the workload's stream and topic: the operator creates them first."""
@@ -238,6 +248,23 @@ class SystemQueue:
         return self.client.session
 
 
+@dataclass(slots=True)
+class PendingRead:
+    """A stored-offset read waiting at this node: for the read index of a backup (its
+    ``round``), then until the replica applied ``target``; refused with 58 at
+    ``deadline``, as the runtime's read wait ends."""
+
+    source: int
+    request: ClientRequest
+    checksum: bytes
+    group: int
+    consumer: ConsumerKey
+    must_see: int
+    deadline: int
+    round: ReadIndexRound | None = None
+    target: int | None = None
+
+
 class Node:
     """One machine of the cluster; see the module docstring."""
 
@@ -262,6 +289,9 @@ class Node:
         #: (deadline tick, submission) in submission order: the node's submitters, each of
         #: which stops waiting at its deadline (``broker.core.groups.timed_out``).
         self._waiting: deque[tuple[int, GroupHost, Submission]] = deque()
+        #: Stored-offset reads waiting here, by read-index token (in arrival order).
+        self._reads: dict[int, PendingRead] = {}
+        self._read_token = 0
         self._balancer = Balancer()
         self.forwards = Forwards()
         #: What this node remembers of each client's connection to it (by client id), as
@@ -274,6 +304,9 @@ class Node:
         self.forwarded_writes = 0
         #: Polls this node's backups served through the read barrier (every incarnation).
         self.backup_polls = 0
+        #: Stored offsets this node's backups served through a read index (every
+        #: incarnation).
+        self.fresh_reads = 0
         #: The routes of ``broker.core.commands.ROUTES`` the workload's clients take.
         self._handlers: dict[Route, _Handler] = {
             Route.LOGIN: self._login,
@@ -282,6 +315,7 @@ class Node:
             Route.SEND: self._send,
             Route.OFFSET_WRITE: self._offset_write,
             Route.POLL: self._poll,
+            Route.OFFSET_READ: self._offset_read,
         }
         #: Every group's disk, by group id: what the node's data directory holds. A
         #: group's disk outlives the process; it goes when the group is removed.
@@ -378,6 +412,7 @@ class Node:
         self.alive = False
         self.outbox = []
         self._waiting.clear()  # the connections that waited are gone with the process
+        self._reads = {}
         # Every connection closes with the process; as the runtime, the new process ends
         # none of their sessions (``broker.core.sessions``, invariant 6): a client's next
         # login ends its old session.
@@ -549,6 +584,7 @@ class Node:
 
     def tick(self, tick: int) -> None:
         self._expire_waiting(tick)
+        self._serve_reads(tick)
         self._run_system(tick)
         if not self.options.lazy_ticks:
             for host in self._hosts():
@@ -689,9 +725,10 @@ class Node:
         first_offset: int = 0,
         group: int = 0,
         error: str = "",
+        read_op: int = 0,
     ) -> None:
         """Answer ``request`` at once, on its connection: a refusal, an eviction
-        (``error``), or a read (of ``group``)."""
+        (``error``), or a read (of ``group``, at its applied op ``read_op``)."""
         reply = ClientReply(
             request.client_id,
             request.request,
@@ -703,6 +740,7 @@ class Node:
             first_offset=first_offset,
             incarnation=self.incarnation,
             group=group,
+            read_op=read_op,
         )
         self.outbox.append((source, reply))
 
@@ -994,6 +1032,113 @@ class Node:
         self._answer(
             source, request, 0, body, checksum=checksum, first_offset=first_offset, group=group
         )
+
+    def _offset_read(
+        self,
+        tick: int,
+        source: int,
+        request: ClientRequest,
+        code: CommandCode,
+        payload: wire.RequestPayload,
+    ) -> None:
+        """A stored consumer offset, behind a fresh read barrier (it may have been stored
+        through another node), as the runtime's: a backup asks for a read index first
+        (``broker.core.reads``); the read waits, bounded, until the replica applied it."""
+        assert isinstance(payload, wire.GetConsumerOffset)
+        route = route_offset(self.metadata_state(), payload, request.session)
+        group = self._partition_group(route.stream_id, route.topic_id, route.partition_id)
+        replica = self.groups[group].replica
+        assert route.consumer is not None
+        read = PendingRead(
+            source,
+            request,
+            request_checksum(code, payload, request.payload),
+            group,
+            route.consumer,
+            self._must_see(request.client_id, group),
+            tick + READ_WAIT_TICKS,
+        )
+        if not readable(replica, 0):
+            # Restarted or in a view change: the runtime would wait for normal status
+            # first; here the client is refused and reads again.
+            self._answer(source, request, int(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
+            return
+        self._read_token += 1
+        token = self._read_token
+        self._reads[token] = read
+        if replica.is_primary:
+            read.target = read.must_see
+            self._serve_read(token, read)
+            return
+        read.round = self._read_index_round(replica)
+        for peer in read.round.peers():
+            self.outbox.append((peer, ReadIndexAsk(token, group, replica.view)))
+
+    def _read_index_round(self, replica: Replica) -> ReadIndexRound:
+        return ReadIndexRound(replica, confirmed=True)
+
+    def on_read_index_ask(self, source: int, ask: ReadIndexAsk) -> None:
+        """Answer a peer's read-index ask as the runtime's bus does: a primary sends its
+        commit ahead of the answer, so the asker learns it at once."""
+        host = self.groups.get(ask.group)
+        in_view, commit = read_index_answer(None if host is None else host.replica, ask.view)
+        if commit is not None:
+            self._send_to_replica(
+                ask.group, source, Commit(ask.group, self.index, ask.view, commit)
+            )
+        self.outbox.append((source, ReadIndexReply(ask.token, in_view, commit)))
+
+    def on_read_index_reply(self, tick: int, source: int, reply: ReadIndexReply) -> None:
+        del tick
+        read = self._reads.get(reply.token)
+        if read is None or read.round is None or read.target is not None:
+            return  # answered, expired, or decided already
+        read.round.answered(source, reply.in_view, reply.commit)
+        if read.round.failed:
+            del self._reads[reply.token]
+            self._answer(read.source, read.request, int(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
+            return
+        commit = read.round.commit
+        if commit is not None:
+            read.target = max(read.must_see, commit)
+            self._serve_read(reply.token, read)
+
+    def _serve_reads(self, tick: int) -> None:
+        """Serve every waiting read whose barrier holds now; refuse those past their
+        deadline."""
+        for token, read in list(self._reads.items()):
+            if not self._serve_read(token, read) and tick >= read.deadline:
+                del self._reads[token]
+                refused = int(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+                self._answer(read.source, read.request, refused)
+
+    def _serve_read(self, token: int, read: PendingRead) -> bool:
+        """Serve ``read`` if its target is decided and applied here; whether it was."""
+        host = self.groups.get(read.group)
+        if host is None:
+            del self._reads[token]  # the partition went: the client is told so
+            status = int(ErrorCode.PARTITION_NOT_FOUND)
+            self._answer(read.source, read.request, status, checksum=read.checksum)
+            return True
+        replica = host.replica
+        if read.target is None or not readable(replica, read.target):
+            return False
+        del self._reads[token]
+        if not replica.is_primary:
+            self.fresh_reads += 1
+        partition = host.machine.inner
+        assert isinstance(partition, PartitionMachine)
+        body = partition.get_consumer_offset(read.consumer)
+        self._answer(
+            read.source,
+            read.request,
+            0,
+            body,
+            checksum=read.checksum,
+            group=read.group,
+            read_op=replica.commit_min,
+        )
+        return True
 
     def metadata_state(self) -> MetadataState:
         metadata = self.groups[METADATA_GROUP].machine.inner

@@ -31,6 +31,12 @@ And broken nodes, for the node layer (``sim.node`` carrying out ``broker.core``)
 8. ``keep-removed-group``: a node goes on hosting a partition group after the metadata
    it applied deleted the partition (its topic deleted, or the topic shrunk): the
    group's replica and data outlive the partition.
+9. ``skip-session-check``: a node admits a request under any session its header names,
+   ended or not.
+10. ``read-index-unconfirmed``: a backup's read index for a stored offset takes the
+   primary's commit alone: with five replicas, a primary and a backup cut off from a
+   newer view agree on an old commit, and the backup serves an offset older than one the
+   newer view acknowledged.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from broker.core.groups import Replied, RequestIdentity
+from broker.core.reads import ReadIndexRound
 from broker.state.partition_machine import PartitionMachine
 from consensus.client_table import CachedReply, ClientTable, Verdict
 from consensus.events import Action, AppendToJournal
@@ -200,6 +207,11 @@ class SkipsSessionCheck(Node):
         return True  # any session the header names, ended or not, on any connection
 
 
+class TrustsThePrimaryAlone(Node):
+    def _read_index_round(self, replica: Replica) -> ReadIndexRound:
+        return ReadIndexRound(replica, confirmed=False)  # the primary's commit, unconfirmed
+
+
 PLANTED: Final[dict[str, type[Replica]]] = {
     "longest-log": PicksLongestLog,
     "ack-before-write": AcksBeforeWritten,
@@ -214,6 +226,7 @@ PLANTED_NODES: Final[dict[str, type[Node]]] = {
     "backup-poll-above-applied": ServesPollsAboveApplied,
     "keep-removed-group": KeepsRemovedGroups,
     "skip-session-check": SkipsSessionCheck,
+    "read-index-unconfirmed": TrustsThePrimaryAlone,
 }
 """The planted node-layer bugs, run with the correct replica."""
 

@@ -51,6 +51,8 @@ from sim.network import (
     ForwardedRequest,
     Network,
     Packet,
+    ReadIndexAsk,
+    ReadIndexReply,
     ReplicaFrame,
 )
 from sim.node import STREAM_ID, TOPIC_ID, Node
@@ -251,6 +253,11 @@ class World:
                 )
                 + payload.body
             )
+        elif isinstance(payload, ReadIndexAsk):
+            self._trace.update(struct.pack("<QQQ", payload.token, payload.group, payload.view))
+        elif isinstance(payload, ReadIndexReply):
+            commit = -1 if payload.commit is None else payload.commit
+            self._trace.update(struct.pack("<QBq", payload.token, payload.in_view, commit))
         else:
             self._trace.update(struct.pack("<Q", payload.token) + repr(payload.outcome).encode())
         if packet.target >= CLIENT_BASE:
@@ -273,6 +280,10 @@ class World:
             node.on_client_request(tick, packet.source, payload)
         elif isinstance(payload, ForwardedRequest):
             node.on_forwarded(tick, packet.source, payload)
+        elif isinstance(payload, ReadIndexAsk):
+            node.on_read_index_ask(packet.source, payload)
+        elif isinstance(payload, ReadIndexReply):
+            node.on_read_index_reply(tick, packet.source, payload)
         else:
             assert isinstance(payload, ForwardedOutcome)
             node.on_forwarded_outcome(packet.source, payload)
@@ -433,6 +444,8 @@ class World:
             "connections_closed": sum(n.connections_closed for n in self.nodes),
             "forwarded_writes": sum(n.forwarded_writes for n in self.nodes),
             "backup_polls": sum(n.backup_polls for n in self.nodes),
+            "fresh_reads": sum(n.fresh_reads for n in self.nodes),
+            "fresh_reads_checked": self.checkers.fresh_reads_checked,
             "view_max": max(views, default=0),
             "packets_sent": self.network.sent,
             "packets_lost": self.network.lost,

@@ -41,7 +41,18 @@ def three_nodes(
     ``quiet``: the operator only, which sets up the workload's stream, topic and group and
     then stops, so the groups are idle but for the scenario's own requests (a backup then
     learns a commit only from the primary's next commit heartbeat)."""
-    seed = next(s for s in range(100) if Options.from_seed(s, faults=False).node_count == 3)
+    return nodes_world(3, partitions=partitions, repair_ops_max=repair_ops_max, quiet=quiet)
+
+
+def nodes_world(
+    nodes: int,
+    *,
+    partitions: int | None = None,
+    repair_ops_max: int | None = None,
+    quiet: bool = False,
+) -> World:
+    """``three_nodes`` with ``nodes`` nodes (the first fault-free seed of that size)."""
+    seed = next(s for s in range(100) if Options.from_seed(s, faults=False).node_count == nodes)
     options = Options.from_seed(seed, faults=False)
     workload = dataclasses.replace(options.workload, connection_closes=0.0, logouts=0.0)
     if quiet:

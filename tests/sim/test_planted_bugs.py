@@ -51,17 +51,18 @@ def _primary_flips(options: Options) -> Options | None:
 # the failed checker of ``sim.checkers``, or the exception a replica's own invariant
 # assertion raised; the options profile)
 SWARMS: dict[str, tuple[range, tuple[str, ...], Profile]] = {
-    # A longer, older log replaces committed ops: replicas disagree on an op. Seed 23 is
-    # the first of 0..40 to find it under the primary-flips profile (with clients that
-    # close connections and log out; before, seeds 11, 23 and 60 of 0..60).
-    "longest-log": (range(40), ("agreement", "model"), _primary_flips),
+    # A longer, older log replaces committed ops: replicas disagree on an op. Seed 60 is
+    # the first of 0..70 to find it under the primary-flips profile (since consumers read
+    # their stored offsets back; before, seed 23, and 11, 23, 60 before clients closed
+    # connections and logged out).
+    "longest-log": (range(70), ("agreement", "model"), _primary_flips),
     # Acked-but-unsynced prepares die in a power outage: committed ops are lost. Rare in
     # the swarm: seeds 123 and 132 of 100..140 find it (with writes forwarded by backups;
     # before, 21 and 123), so the search starts near them.
     "ack-before-write": (range(100, 140), ("agreement", "converged", "acked"), _as_drawn),
-    # A request recorded at prepare and then discarded: a reply that was never committed
-    # (seed 4; seed 58 before clients closed connections and logged out), or its client
-    # locked out (liveness).
+    # A request recorded at prepare and then discarded: a reply that was never committed,
+    # or its client locked out (liveness: seed 4; seed 58 before clients closed
+    # connections and logged out).
     "table-at-prepare": (range(120), ("reply", "liveness"), _as_drawn),
     # A backup applies what is not committed: the replica's own invariants trip first.
     "apply-past-commit": (range(20), ("AssertionError",), _as_drawn),
@@ -77,6 +78,10 @@ SWARMS: dict[str, tuple[range, tuple[str, ...], Profile]] = {
     # A node skips the session check: it admits a request under a session that ended (a
     # closed connection's, a logout's) or that its connection never logged in to (seed 0).
     "skip-session-check": (range(20), ("session",), _as_drawn),
+    # A backup's read index trusts the primary's commit alone: with five replicas, a
+    # primary and a backup cut off from a newer view serve an offset older than one it
+    # acknowledged (seeds 269 and 272 of 0..300, both five nodes).
+    "read-index-unconfirmed": (range(260, 280), ("fresh-read",), _as_drawn),
 }
 
 

@@ -1,9 +1,9 @@
-"""Scenarios of reads after restarts, set up deterministically in the simulator.
+"""Scenarios of reads: after restarts, and of stored offsets at backups (the read index).
 
-The real-process tests of the same findings are in ``tests/cluster/test_findings.py``;
-here a fault-free world is driven tick by tick (``tests.sim.scenario``), a node or every
-node crashes and restarts at a chosen moment, and what the restarted nodes serve is
-checked at every tick.
+The real-process tests of the same findings are in ``tests/cluster/test_findings.py`` and
+``tests/runtime/test_cluster_replies.py``; here a fault-free world is driven tick by tick
+(``tests.sim.scenario``), a node or every node crashes and restarts, or links are cut, at
+a chosen moment, and what the nodes serve is checked.
 """
 
 from __future__ import annotations
@@ -16,12 +16,18 @@ from broker.state.partition_machine import PartitionMachine
 from consensus.replica import Status
 from sdk import wire
 from sdk.wire.codes import CommandCode
+from sim.client import Client
+from sim.network import ClientReply
 from sim.node import STREAM_ID, TOPIC_ID
 from sim.world import World
 from tests.sim.scenario import (
     METADATA_GROUP,
+    TRANSIENT,
+    answer,
+    answered_by,
     call,
     login,
+    nodes_world,
     poll_payload,
     primary_of,
     replica_of,
@@ -38,6 +44,7 @@ REPAIR_OPS_MAX: Final = 16
 CONSUMER_ID: Final = 7_000
 """The probe's consumer: no workload consumer has this id (they use their index)."""
 STORED_LAST: Final = 8
+STORES: Final = 20
 WATCH_TICKS: Final = 600
 """How long the restarted nodes are watched after every one of them served a read."""
 
@@ -105,13 +112,11 @@ def test_a_stored_consumer_offset_never_reads_older_after_every_node_restarts() 
     a read of the partition (the read barrier, ``broker.core.reads.readable``) holds the
     last offset stored, and every node comes to serve it.
 
-    What differs from the runtime: the simulated node has no offset-read route, so the
-    scenario asks the restarted node's partition state through the same barrier the
-    runtime's read passes and the same ``get_consumer_offset`` the runtime answers with.
-    The runtime's barrier is also fresh (a backup asks the primary for its commit, the
-    read index); here it is only the replica's own (its view's start op and what the
-    connection was told), which after a restart of every node already holds every
-    acknowledged op."""
+    The scenario asks each restarted node's partition state at every tick, through the
+    replica's own barrier (its view's start op applied) and the same
+    ``get_consumer_offset`` the node answers with, so it sees every tick, not only those a
+    read happens to arrive at; the read index a backup adds for the offset-read route is
+    exercised by the scenarios below."""
     world = three_nodes(partitions=1)
     run_until(world, lambda: workload_topic_everywhere(world))
     group = world.nodes[0].workload_group()
@@ -154,3 +159,140 @@ def test_a_stored_consumer_offset_never_reads_older_after_every_node_restarts() 
         watch()
     assert not stale, f"{len(stale)} stale reads, first: {stale[:3]}"
     assert all(n.groups[group].replica.status is Status.NORMAL for n in world.nodes)
+
+
+def _store(probe_consumer: int, offset: int) -> bytes:
+    consumer = wire.Consumer(wire.ConsumerKind.CONSUMER, wire.Identifier.numeric(probe_consumer))
+    stream, topic = wire.Identifier.numeric(STREAM_ID), wire.Identifier.numeric(TOPIC_ID)
+    return wire.StoreConsumerOffset(consumer, stream, topic, 0, offset).encode()
+
+
+def _offset_read(probe_consumer: int) -> bytes:
+    consumer = wire.Consumer(wire.ConsumerKind.CONSUMER, wire.Identifier.numeric(probe_consumer))
+    stream, topic = wire.Identifier.numeric(STREAM_ID), wire.Identifier.numeric(TOPIC_ID)
+    return wire.GetConsumerOffset(consumer, stream, topic, 0).encode()
+
+
+def _stored(reply: ClientReply) -> int | None:
+    assert reply.status == 0, reply
+    return wire.ConsumerOffsetInfo.decode(reply.body).stored_offset if reply.body else None
+
+
+def _messages(world: World, probe: Client, primary: int) -> None:
+    """Messages to store offsets into (an offset past the partition's end is refused)."""
+    sent = call(
+        world, probe, primary, CommandCode.SEND_MESSAGES, send_payload(probe, 0, STORES + 5)
+    )
+    assert sent.status == 0, sent
+
+
+def _sent_offset_read(world: World, probe: Client, node: int) -> ClientReply:
+    """One offset read of the probe's consumer at ``node``, sent now; its first answer."""
+    request = probe.ask(node, CommandCode.GET_CONSUMER_OFFSET, _offset_read(CONSUMER_ID))
+    return answer(world, probe, request)
+
+
+def test_a_backup_reads_the_stored_offset_the_primary_just_acknowledged() -> None:
+    """reads: a stored offset the primary acknowledged is what a backup answers at once,
+    though it has not heard the commit yet: the backup asks its view's primary for a read
+    index and serves only once it applied that far (twenty stores, each read back at a
+    backup in the tick its acknowledgement arrived)."""
+    world = three_nodes(partitions=1, quiet=True)
+    run_until(world, lambda: workload_topic_everywhere(world))
+    group = world.nodes[0].workload_group()
+    assert group is not None
+    run_until(world, lambda: settled(world, group))
+    probe = world.add_probe()
+    primary = primary_of(world, group)
+    backups = [n.index for n in world.nodes if n.index != primary]
+    for node in (primary, *backups):
+        login(world, probe, node)
+    _messages(world, probe, primary)
+    behind = 0
+    for offset in range(1, STORES + 1):
+        stored = call(
+            world, probe, primary, CommandCode.STORE_CONSUMER_OFFSET, _store(CONSUMER_ID, offset)
+        )
+        assert stored.status == 0 and stored.op, stored
+        backup = backups[offset % len(backups)]
+        behind += replica_of(world, backup, group).commit_min < stored.op
+        reply = _sent_offset_read(world, probe, backup)
+        assert _stored(reply) == offset, f"backup {backup} answered {_stored(reply)} after {offset}"
+        assert answered_by(probe, reply) == backup
+    assert behind, "no read met a backup that had not applied the store: nothing was asked"
+    assert sum(world.nodes[b].fresh_reads for b in backups) == STORES
+
+
+def test_a_backup_cut_off_from_the_primary_refuses_the_stored_offset_read() -> None:
+    """reads: a backup that cannot reach its view's primary answers a stored-offset read
+    with 58 (its read index is never decided), never with the offset it holds, which is
+    older than the one the primary and the other backup acknowledged meanwhile."""
+    world = three_nodes(partitions=1, quiet=True)
+    run_until(world, lambda: workload_topic_everywhere(world))
+    group = world.nodes[0].workload_group()
+    assert group is not None
+    run_until(world, lambda: settled(world, group))
+    probe = world.add_probe()
+    primary = primary_of(world, group)
+    cut_off = next(n.index for n in world.nodes if n.index != primary)
+    for node in (primary, cut_off):
+        login(world, probe, node)
+    _messages(world, probe, primary)
+    first = call(world, probe, primary, CommandCode.STORE_CONSUMER_OFFSET, _store(CONSUMER_ID, 1))
+    assert first.status == 0, first
+    run_until(world, lambda: replica_of(world, cut_off, group).commit_min >= first.op)
+    world.cut(primary, cut_off)
+    second = call(world, probe, primary, CommandCode.STORE_CONSUMER_OFFSET, _store(CONSUMER_ID, 2))
+    assert second.status == 0, second
+    assert replica_of(world, cut_off, group).commit_min < second.op  # it holds offset 1
+    reply = _sent_offset_read(world, probe, cut_off)
+    assert reply.status == TRANSIENT, f"the cut-off backup answered {reply}"
+    world.mend(primary, cut_off)
+    again = call(world, probe, cut_off, CommandCode.GET_CONSUMER_OFFSET, _offset_read(CONSUMER_ID))
+    assert _stored(again) == 2
+
+
+def test_five_nodes_a_primary_and_a_backup_cut_off_from_a_newer_view_serve_no_old_offset() -> None:
+    """reads: with five nodes, the primary of a view and one backup are cut off from the
+    other three, which form a newer view and acknowledge a store there. The cut-off
+    backup, asked for the offset, hears its old primary confirm the old view and commit,
+    but no third replica of that view: it answers 58, never the older offset (a read
+    index from the primary alone would have served it; ``broker.core.reads``)."""
+    world = nodes_world(5, partitions=1, quiet=True)
+    run_until(world, lambda: workload_topic_everywhere(world))
+    group = world.nodes[0].workload_group()
+    assert group is not None
+    run_until(world, lambda: settled(world, group))
+    probe = world.add_probe()
+    old_primary = primary_of(world, group)
+    old_view = replica_of(world, old_primary, group).view
+    backup = next(n.index for n in world.nodes if n.index != old_primary)
+    others = [n.index for n in world.nodes if n.index not in (old_primary, backup)]
+    for node in (old_primary, backup, *others):
+        login(world, probe, node)
+    _messages(world, probe, old_primary)
+    first = call(
+        world, probe, old_primary, CommandCode.STORE_CONSUMER_OFFSET, _store(CONSUMER_ID, 1)
+    )
+    assert first.status == 0, first
+    run_until(world, lambda: settled(world, group))
+    for cut in (old_primary, backup):
+        for other in others:
+            world.cut(cut, other)
+
+    def newer_view() -> bool:
+        replicas = [replica_of(world, o, group) for o in others]
+        return all(r.status is Status.NORMAL and r.view > old_view for r in replicas)
+
+    run_until(world, newer_view)
+    new_primary = primary_of(world, group)
+    assert new_primary in others
+    second = call(
+        world, probe, new_primary, CommandCode.STORE_CONSUMER_OFFSET, _store(CONSUMER_ID, 2)
+    )
+    assert second.status == 0, second
+    # The old pair still thinks view ``old_view`` is current.
+    assert replica_of(world, old_primary, group).view == old_view
+    assert replica_of(world, backup, group).view == old_view
+    reply = _sent_offset_read(world, probe, backup)
+    assert reply.status == TRANSIENT, f"the cut-off backup answered {_stored(reply)}"
