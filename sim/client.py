@@ -291,6 +291,10 @@ class Client:
             self.client_id, self.session if session is None else session, number, code, payload
         )
 
+    def _consumer(self) -> wire.Consumer:
+        """This client as a single consumer (its index is its consumer id)."""
+        return wire.Consumer(wire.ConsumerKind.CONSUMER, wire.Identifier.numeric(self.index))
+
     def _next_operation(self) -> Pending | None:
         """The next operation of the script, or None when there is nothing left to do."""
         if self.role is Role.OPERATOR and self.step < 3:
@@ -442,10 +446,7 @@ class Client:
             request = self._request(CommandCode.DELETE_TOPIC, payload)
             return Pending(Kind.DELETE_TOPIC, METADATA_ROUTE, request, 0)
         assert step == 6
-        consumer = wire.Consumer(wire.ConsumerKind.CONSUMER, wire.Identifier.numeric(self.index))
-        poll = wire.PollMessages(
-            consumer, stream, topic, 0, wire.PollingStrategy.offset(0), POLL_COUNT_MAX, False
-        ).encode()
+        poll = _poll(self._consumer(), stream, topic, 0, 0, POLL_COUNT_MAX)
         return Pending(
             Kind.POLL_DELETED,
             (self.churn_topic, 0),
@@ -480,16 +481,8 @@ class Client:
         assert self.read_back_due is not None
         via, partition, base_offset, ids = self.read_back_due
         self.read_back_due = None
-        consumer = wire.Consumer(wire.ConsumerKind.CONSUMER, wire.Identifier.numeric(self.index))
-        poll = wire.PollMessages(
-            consumer,
-            wire.Identifier.numeric(0),
-            wire.Identifier.numeric(0),
-            partition,
-            wire.PollingStrategy.offset(base_offset),
-            len(ids),
-            False,
-        ).encode()
+        workload = wire.Identifier.numeric(0)
+        poll = _poll(self._consumer(), workload, workload, partition, base_offset, len(ids))
         return Pending(
             Kind.READ_BACK,
             (TOPIC_ID, partition),
@@ -506,7 +499,7 @@ class Client:
         position = self.positions.get(partition, 0)
         stream_id = wire.Identifier.numeric(0)
         topic_id = wire.Identifier.numeric(0)
-        consumer = wire.Consumer(wire.ConsumerKind.CONSUMER, wire.Identifier.numeric(self.index))
+        consumer = self._consumer()
         roll = self.prng.random()
         if not self.joined and roll < 0.1:
             payload = wire.GroupRef(stream_id, topic_id, wire.Identifier.numeric(0)).encode()
@@ -555,15 +548,8 @@ class Client:
             # The partition may be another member's in this generation: the node then
             # answers with a resync (no messages), as Iggy's server does.
             consumer = wire.Consumer(wire.ConsumerKind.CONSUMER_GROUP, wire.Identifier.numeric(0))
-        poll = wire.PollMessages(
-            consumer,
-            stream_id,
-            topic_id,
-            partition,
-            wire.PollingStrategy.offset(position),
-            self.prng.randint(1, POLL_COUNT_MAX),
-            False,
-        ).encode()
+        count = self.prng.randint(1, POLL_COUNT_MAX)
+        poll = _poll(consumer, stream_id, topic_id, partition, position, count)
         return Pending(
             Kind.POLL,
             (TOPIC_ID, partition),
@@ -724,6 +710,19 @@ class Client:
             messages = polled.messages()
             if messages:
                 self.positions[pending.partition] = messages[-1].offset + 1
+
+
+def _poll(
+    consumer: wire.Consumer,
+    stream: wire.Identifier,
+    topic: wire.Identifier,
+    partition: int,
+    offset: int,
+    count: int,
+) -> bytes:
+    """A poll of ``count`` messages from ``offset``, without auto-commit."""
+    strategy = wire.PollingStrategy.offset(offset)
+    return wire.PollMessages(consumer, stream, topic, partition, strategy, count, False).encode()
 
 
 def _identity(request: ClientRequest) -> bytes:

@@ -119,6 +119,17 @@ def workload_topic_everywhere(world: World) -> bool:
     return all(node.alive and node.workload_group() is not None for node in world.nodes)
 
 
+def workload_group(world: World, *, settle: bool = False) -> int:
+    """The group of the workload topic's first partition, once every node hosts it (and,
+    with ``settle``, once every replica of it is at the primary's commit)."""
+    run_until(world, lambda: workload_topic_everywhere(world))
+    group = world.nodes[0].workload_group()
+    assert group is not None
+    if settle:
+        run_until(world, lambda: settled(world, group))
+    return group
+
+
 def settled(world: World, group: int) -> bool:
     """Every replica of ``group`` is normal in one view, at the primary's commit."""
     replicas = [n.groups[group].replica for n in world.nodes if n.alive and group in n.groups]

@@ -36,7 +36,7 @@ from tests.sim.scenario import (
     send_payload,
     settled,
     three_nodes,
-    workload_topic_everywhere,
+    workload_group,
 )
 
 REPAIR_OPS_MAX: Final = 16
@@ -69,9 +69,7 @@ def test_a_replica_restarted_far_behind_serves_the_partition_from_offset_zero() 
     once it has caught up after its restart: its partition state holds every message from
     offset 0 on, densely, and a poll at it from offset 0 returns offset 0 first."""
     world = three_nodes(partitions=1, repair_ops_max=REPAIR_OPS_MAX)
-    run_until(world, lambda: workload_topic_everywhere(world))
-    group = world.nodes[0].workload_group()
-    assert group is not None
+    group = workload_group(world)
     probe = world.add_probe()
     primary = primary_of(world, group)
     login(world, probe, primary)
@@ -118,9 +116,7 @@ def test_a_stored_consumer_offset_never_reads_older_after_every_node_restarts() 
     read happens to arrive at; the read index a backup adds for the offset-read route is
     exercised by the scenarios below."""
     world = three_nodes(partitions=1)
-    run_until(world, lambda: workload_topic_everywhere(world))
-    group = world.nodes[0].workload_group()
-    assert group is not None
+    group = workload_group(world)
     probe = world.add_probe()
     primary = primary_of(world, group)
     login(world, probe, primary)
@@ -198,10 +194,7 @@ def test_a_backup_reads_the_stored_offset_the_primary_just_acknowledged() -> Non
     index and serves only once it applied that far (twenty stores, each read back at a
     backup in the tick its acknowledgement arrived)."""
     world = three_nodes(partitions=1, quiet=True)
-    run_until(world, lambda: workload_topic_everywhere(world))
-    group = world.nodes[0].workload_group()
-    assert group is not None
-    run_until(world, lambda: settled(world, group))
+    group = workload_group(world, settle=True)
     probe = world.add_probe()
     primary = primary_of(world, group)
     backups = [n.index for n in world.nodes if n.index != primary]
@@ -228,10 +221,7 @@ def test_a_backup_cut_off_from_the_primary_refuses_the_stored_offset_read() -> N
     with 58 (its read index is never decided), never with the offset it holds, which is
     older than the one the primary and the other backup acknowledged meanwhile."""
     world = three_nodes(partitions=1, quiet=True)
-    run_until(world, lambda: workload_topic_everywhere(world))
-    group = world.nodes[0].workload_group()
-    assert group is not None
-    run_until(world, lambda: settled(world, group))
+    group = workload_group(world, settle=True)
     probe = world.add_probe()
     primary = primary_of(world, group)
     cut_off = next(n.index for n in world.nodes if n.index != primary)
@@ -259,10 +249,7 @@ def test_five_nodes_a_primary_and_a_backup_cut_off_from_a_newer_view_serve_no_ol
     but no third replica of that view: it answers 58, never the older offset (a read
     index from the primary alone would have served it; ``broker.core.reads``)."""
     world = nodes_world(5, partitions=1, quiet=True)
-    run_until(world, lambda: workload_topic_everywhere(world))
-    group = world.nodes[0].workload_group()
-    assert group is not None
-    run_until(world, lambda: settled(world, group))
+    group = workload_group(world, settle=True)
     probe = world.add_probe()
     old_primary = primary_of(world, group)
     old_view = replica_of(world, old_primary, group).view
