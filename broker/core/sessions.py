@@ -29,6 +29,10 @@ Invariants:
    A logout unbinds its connection; a process that ends (crash, restart, shutdown) ends
    no session.
 7. Pure: what the node knows is passed in; nothing here waits or reads a clock.
+8. A connection may act for another session (attach) only for a live session of the
+   same user and of the client id the coordinator named, and only once the node applied
+   the metadata the coordinator routed with (the node waits for it, bounded, then
+   refuses with 58).
 """
 
 from __future__ import annotations
@@ -155,3 +159,20 @@ def session_to_end(context: ConnectionContext, lookup: Callable[[int], SessionIn
     except StateError:
         return 0
     return session
+
+
+def attachment_for(
+    own: SessionInfo, lookup: Callable[[int], SessionInfo], session: int, client_id: int
+) -> int | None:
+    """The session a connection in session ``own`` may act for by attaching to the
+    session ``session`` of client ``client_id`` (``ATTACH_CONSUMER_SESSION``, named by the
+    consumer group's coordinator): that session, if it lives, is that client's and
+    belongs to the same user; None otherwise (refused as unauthorized). The caller has
+    applied the metadata the coordinator routed with (invariant 8)."""
+    try:
+        parent = lookup(session)
+    except StateError:
+        return None
+    if parent.client_id != client_id or parent.user_id != own.user_id:
+        return None
+    return parent.session

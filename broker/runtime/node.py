@@ -127,6 +127,7 @@ from broker.core.sessions import (
     SessionOk,
     SessionRefused,
     SessionWait,
+    attachment_for,
     check_session,
     logged_in,
     logged_out,
@@ -1400,14 +1401,12 @@ class Node:
         if self.metadata.applied_op < attachment.metadata_op:
             return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
         state = self._state()
-        own = state.session(header.session)
-        try:
-            parent = state.session(attachment.session)
-        except StateError:
+        attached = attachment_for(
+            state.session(header.session), state.session, attachment.session, attachment.client_id
+        )
+        if attached is None:
             return _status(header, IggyErrorCode.UNAUTHORIZED)
-        if parent.client_id != attachment.client_id or parent.user_id != own.user_id:
-            return _status(header, IggyErrorCode.UNAUTHORIZED)
-        context.attached_session = parent.session
+        context.attached_session = attached
         return _reply(header, replica=self.replica_index)
 
     def _client_connections(self) -> list[ClientConnection]:

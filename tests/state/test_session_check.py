@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from broker.core.connections import ConnectionContext
 from broker.core.reconcile import METADATA_GROUP
 from broker.core.sessions import (
@@ -10,6 +12,7 @@ from broker.core.sessions import (
     SessionOk,
     SessionRefused,
     SessionWait,
+    attachment_for,
     check_session,
 )
 from broker.state.errors import ErrorCode, StateError
@@ -73,3 +76,32 @@ def test_another_client_ids_session_evicts() -> None:
     verdict = check_session(bound(), SESSION, CLIENT + 1, view(50))
     assert isinstance(verdict, SessionEvicted) and verdict.reason is EvictionReason.NO_SESSION
     assert "another client id" in verdict.why
+
+
+def _sessions(*infos: SessionInfo) -> Callable[[int], SessionInfo]:
+    by_number = {info.session: info for info in infos}
+
+    def lookup(number: int) -> SessionInfo:
+        if number not in by_number:
+            raise StateError(ErrorCode.UNAUTHENTICATED, "no such session")
+        return by_number[number]
+
+    return lookup
+
+
+def test_a_connection_attaches_to_a_live_session_of_its_user_and_the_named_client() -> None:
+    own = SessionInfo(50, 0xA, 1, 2, 0)
+    coordinator = SessionInfo(40, CLIENT, 1, 1, 0)
+    lookup = _sessions(own, coordinator)
+    assert attachment_for(own, lookup, 40, CLIENT) == 40
+
+
+def test_an_attachment_to_another_users_or_clients_or_an_ended_session_is_refused() -> None:
+    own = SessionInfo(50, 0xA, 1, 2, 0)
+    others = SessionInfo(40, CLIENT, 2, 1, 0)  # user 2's
+    lookup = _sessions(own, others)
+    assert attachment_for(own, lookup, 40, CLIENT) is None  # not the same user
+    mine = SessionInfo(41, CLIENT, 1, 3, 0)
+    lookup = _sessions(own, mine)
+    assert attachment_for(own, lookup, 41, 0xB) is None  # another client id named
+    assert attachment_for(own, lookup, 42, CLIENT) is None  # no such session (ended)
