@@ -1042,8 +1042,10 @@ class Node:
         payload: wire.RequestPayload,
     ) -> None:
         """A stored consumer offset, behind a fresh read barrier (it may have been stored
-        through another node), as the runtime's: a backup asks for a read index first
-        (``broker.core.reads``); the read waits, bounded, until the replica applied it."""
+        through another node), as the runtime's: the replica asks for a confirmed read
+        index first (``broker.core.reads``; a backup its primary and enough of the view, a
+        primary enough of its backups), then the read waits, bounded, until it applied
+        that far."""
         assert isinstance(payload, wire.GetConsumerOffset)
         route = route_offset(self.metadata_state(), payload, request.session)
         group = self._partition_group(route.stream_id, route.topic_id, route.partition_id)
@@ -1066,11 +1068,12 @@ class Node:
         self._read_token += 1
         token = self._read_token
         self._reads[token] = read
-        if replica.is_primary:
-            read.target = read.must_see
+        read.round = self._read_index_round(replica)
+        commit = read.round.commit
+        if commit is not None:  # a lone replica: nobody to ask
+            read.target = max(read.must_see, commit)
             self._serve_read(token, read)
             return
-        read.round = self._read_index_round(replica)
         for peer in read.round.peers():
             self.outbox.append((peer, ReadIndexAsk(token, group, replica.view)))
 

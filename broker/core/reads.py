@@ -22,7 +22,9 @@ Invariants:
    ``quorum_view_change`` replicas that left the asker's view, so none can have formed
    before the ask, and everything acknowledged before the read is at or below the
    primary's commit. With three replicas the asker and the primary suffice; with five, one
-   more backup must answer.
+   more backup must answer. The primary itself is no exception: it may have been deposed
+   without knowing it (cut off, a newer view formed and acknowledged writes), so for a
+   fresh read it asks its backups the same question, with its own commit as the answer.
 4. A read index fails as soon as it cannot be decided: the primary is not primary in the
    asker's view, or too many replicas are not in it.
 5. Pure: the replica's own properties and the answers the driver hands in, nothing else.
@@ -64,8 +66,9 @@ def read_index_answer(replica: Replica | None, view: int) -> tuple[bool, int | N
 
 
 class ReadIndexRound:
-    """One backup's read index: the asks it sends and the answers it takes (invariants 3
-    and 4). Made by a backup in normal status; ``commit`` is the decided read index."""
+    """One replica's read index: the asks it sends and the answers it takes (invariants
+    3 and 4). Made by a replica in normal status, backup or primary; ``commit`` is the
+    decided read index."""
 
     __slots__ = (
         "_asker",
@@ -80,8 +83,9 @@ class ReadIndexRound:
 
     def __init__(self, replica: Replica, *, confirmed: bool = True) -> None:
         """A round of ``replica``'s; unless ``confirmed``, the primary's commit alone
-        decides it: a hint to learn a commit early, never a fresh read's barrier."""
-        assert replica.status is Status.NORMAL and not replica.is_primary
+        decides it: a hint for a backup to learn a commit early, never a fresh read's
+        barrier (a primary's unconfirmed round is its own commit)."""
+        assert replica.status is Status.NORMAL
         self.view = replica.view
         self.primary = replica.primary
         self._asker = replica.replica
@@ -91,13 +95,21 @@ class ReadIndexRound:
         self._confirmed = 1 << replica.replica
         self._denied = 0
         self._commit: int | None = None
+        if replica.is_primary:
+            self._commit = replica.commit_max  # taken after the read arrived
+            if not confirmed:
+                self._needed = 1
 
     def peers(self) -> list[int]:
-        """The replicas to ask, in order: the primary, and every other replica when the
-        asker and the primary alone do not confirm the view."""
+        """The replicas to ask, in order: the primary (unless it asks), and every other
+        replica when the asker and the primary alone do not confirm the view."""
+        if self._needed <= 1:
+            return []
+        others = [i for i in range(self._count) if i not in (self._asker, self.primary)]
+        if self._asker == self.primary:
+            return others
         if self._needed <= 2:
             return [self.primary]
-        others = [i for i in range(self._count) if i not in (self._asker, self.primary)]
         return [self.primary, *others]
 
     def answered(self, replica: int, in_view: bool, commit: int | None) -> None:

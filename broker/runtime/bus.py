@@ -313,17 +313,20 @@ class ReplicaBus:
     async def read_index(self, host: GroupHost, *, confirmed: bool = False) -> int | None:
         """The commit number of the group's primary, asked of its node (invariant 6);
         ``confirmed``: with enough replicas in this view that no newer one can have
-        committed anything (``broker.core.reads``), as a fresh read needs.
+        committed anything (``broker.core.reads``), as a fresh read needs, the primary's
+        own included (it asks its backups).
 
-        None when this replica is not a backup in normal status, the round cannot be
+        None when this replica is not in normal status, the round cannot be
         decided (the primary is in another view or not primary any more, too many replicas
         are in other views or not linked), or the links drop first. Unbounded otherwise:
         the caller bounds the wait.
         """
         replica = host.replica
-        if host.primary_index is None or replica is None or replica.is_primary:
+        if host.primary_index is None or replica is None:
             return None
         ask = ReadIndexAsk(ReadIndexRound(replica, confirmed=confirmed))
+        if ask.round.commit is not None:
+            return ask.round.commit  # a primary that needs no one's confirmation
         self._token += 1
         token = self._token
         ask_frame = _READ_INDEX.pack(token, host.group_id, replica.view)

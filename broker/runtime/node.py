@@ -953,14 +953,15 @@ class Node:
 
         ``fresh``: the read must also see everything the group has acknowledged to any
         client (a stored consumer offset the client may have stored through another node).
-        A backup asked for a fresh read, or behind ``op``, asks the primary's node for its
-        commit (``ReplicaBus.read_index``, confirmed for a fresh read) and waits until it
-        has applied that far, rather than until the next prepare or heartbeat tells it.
+        A replica asked for a fresh read asks for a confirmed read index
+        (``ReplicaBus.read_index``: a backup the primary's commit, a primary its backups'
+        word that it still leads) and waits until it has applied that far; a backup behind
+        ``op`` asks the primary's commit so as not to wait for the next heartbeat.
         """
         with trio.move_on_after(CATCH_UP_TIMEOUT_S):
             await host.wait_readable(0)  # normal status, the view's start op applied
-            behind = host.applied_op < op
-            if (fresh or behind) and self.bus is not None and not host.is_primary:
+            behind = host.applied_op < op and not host.is_primary
+            if (fresh or behind) and self.bus is not None:
                 commit = await self.bus.read_index(host, confirmed=fresh)
                 if commit is None and fresh:
                     return False

@@ -91,3 +91,31 @@ def test_a_round_fails_once_it_cannot_be_decided() -> None:
     assert hint.peers() == [0]
     hint.answered(0, True, 9)
     assert hint.commit == 9  # a hint to learn the commit, not a fresh read's barrier
+
+
+def _decided(round_: ReadIndexRound) -> int | None:
+    return round_.commit
+
+
+def test_a_primary_asks_its_backups_whether_it_still_leads() -> None:
+    """A primary cut off from a newer view would serve its own old commit: for a fresh
+    read it needs a backup of its view to confirm (two of three), its commit the answer."""
+    primary = _replica(0, 3)
+    round_ = ReadIndexRound(primary)
+    assert round_.peers() == [1, 2]
+    assert _decided(round_) is None
+    round_.answered(1, False, None)  # that backup moved to a newer view
+    assert _decided(round_) is None and not round_.failed
+    round_.answered(2, True, None)
+    assert _decided(round_) == primary.commit_max
+    deposed = ReadIndexRound(_replica(0, 3))
+    deposed.answered(1, False, None)
+    deposed.answered(2, False, None)
+    assert deposed.failed and deposed.commit is None
+
+
+def test_a_lone_replica_or_an_unconfirmed_primary_needs_nobody() -> None:
+    lone = ReadIndexRound(_replica(0, 1))
+    assert lone.peers() == [] and lone.commit == 0
+    hint = ReadIndexRound(_replica(0, 3), confirmed=False)
+    assert hint.peers() == [] and hint.commit == 0

@@ -283,3 +283,41 @@ def test_five_nodes_a_primary_and_a_backup_cut_off_from_a_newer_view_serve_no_ol
     assert replica_of(world, backup, group).view == old_view
     reply = _sent_offset_read(world, probe, backup)
     assert reply.status == TRANSIENT, f"the cut-off backup answered {_stored(reply)}"
+
+
+def test_a_primary_cut_off_from_its_backups_refuses_the_stored_offset_read() -> None:
+    """reads: a primary cut off from both backups, which form a newer view and
+    acknowledge a store there, still thinks it leads; asked for the offset, it asks its
+    backups whether it still does, hears nobody, and answers 58, never its older offset
+    (serving its own commit unasked would have)."""
+    world = three_nodes(partitions=1, quiet=True)
+    group = workload_group(world, settle=True)
+    probe = world.add_probe()
+    old_primary = primary_of(world, group)
+    old_view = replica_of(world, old_primary, group).view
+    backups = [n.index for n in world.nodes if n.index != old_primary]
+    for node in (old_primary, *backups):
+        login(world, probe, node)
+    _messages(world, probe, old_primary)
+    first = call(
+        world, probe, old_primary, CommandCode.STORE_CONSUMER_OFFSET, _store(CONSUMER_ID, 1)
+    )
+    assert first.status == 0, first
+    run_until(world, lambda: settled(world, group))
+    for backup in backups:
+        world.cut(old_primary, backup)
+
+    def newer_view() -> bool:
+        replicas = [replica_of(world, b, group) for b in backups]
+        return all(r.status is Status.NORMAL and r.view > old_view for r in replicas)
+
+    run_until(world, newer_view)
+    new_primary = primary_of(world, group)
+    second = call(
+        world, probe, new_primary, CommandCode.STORE_CONSUMER_OFFSET, _store(CONSUMER_ID, 2)
+    )
+    assert second.status == 0, second
+    deposed = replica_of(world, old_primary, group)
+    assert deposed.is_primary and deposed.view == old_view  # it has not heard of it
+    reply = _sent_offset_read(world, probe, old_primary)
+    assert reply.status == TRANSIENT, f"the cut-off primary answered {_stored(reply)}"
