@@ -101,13 +101,12 @@ class ReadIndexRound:
                 self._needed = 1
 
     def peers(self) -> list[int]:
-        """The replicas to ask, in order: the primary (unless it asks), and every other
-        replica when the asker and the primary alone do not confirm the view."""
-        if self._needed <= 1:
-            return []
+        """The replicas to ask, in order: the primary (unless it asks: its commit is its
+        own), and every other replica when the asker and the primary alone do not
+        confirm the view."""
         others = [i for i in range(self._count) if i not in (self._asker, self.primary)]
         if self._asker == self.primary:
-            return others
+            return others if self._needed > 1 else []
         if self._needed <= 2:
             return [self.primary]
         return [self.primary, *others]

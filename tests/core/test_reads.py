@@ -119,3 +119,15 @@ def test_a_lone_replica_or_an_unconfirmed_primary_needs_nobody() -> None:
     assert lone.peers() == [] and lone.commit == 0
     hint = ReadIndexRound(_replica(0, 3), confirmed=False)
     assert hint.peers() == [] and hint.commit == 0
+
+
+def test_a_backup_of_two_replicas_still_asks_the_primary_for_its_commit() -> None:
+    """With two replicas the asker alone confirms the view (a newer one needs both), but
+    the commit is still the primary's to give."""
+    assert read_index_confirmations(2) == 1
+    for confirmed in (True, False):
+        round_ = ReadIndexRound(_replica(1, 2), confirmed=confirmed)
+        assert round_.peers() == [0]
+        assert _decided(round_) is None
+        round_.answered(0, True, 5)
+        assert _decided(round_) == 5
