@@ -302,7 +302,8 @@ class GroupHost:
         self._no_sync = no_sync
         self._segment_size_bytes = segment_size_bytes
         self._replica_config = replica_config
-        self._send = send
+        #: This group's messages to a peer replica (what ``Execution`` sends with).
+        self._send_message = partial(send, group_id)
         self._on_applied = on_applied
         self._prng = prng
         self.store: GroupStore | None = None
@@ -709,7 +710,7 @@ class GroupHost:
         store = self.store
         replica = self.replica
         assert store is not None and replica is not None
-        execution = Execution(replica, self.requests, partial(self._send, self.group_id))
+        execution = Execution(replica, self.requests, self._send_message)
         for action in execution.run(actions):
             if isinstance(action, AppendToJournal):
                 prepare = action.prepare

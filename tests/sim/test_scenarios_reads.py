@@ -242,6 +242,43 @@ def test_a_backup_cut_off_from_the_primary_refuses_the_stored_offset_read() -> N
     assert _stored(again) == 2
 
 
+def _newer_view_acknowledges_a_store(
+    world: World, probe: Client, group: int, old_side: list[int], new_side: list[int]
+) -> None:
+    """Offset 1 stored and settled everywhere; then the links between ``old_side`` (the
+    view's primary first) and ``new_side`` cut, ``new_side`` forming a newer view that
+    acknowledges offset 2, while ``old_side`` still holds the old view."""
+    old_primary = old_side[0]
+    assert primary_of(world, group) == old_primary
+    old_view = replica_of(world, old_primary, group).view
+    for node in (*old_side, *new_side):
+        login(world, probe, node)
+    _messages(world, probe, old_primary)
+    first = call(
+        world, probe, old_primary, CommandCode.STORE_CONSUMER_OFFSET, _store(CONSUMER_ID, 1)
+    )
+    assert first.status == 0, first
+    run_until(world, lambda: settled(world, group))
+    for cut in old_side:
+        for other in new_side:
+            world.cut(cut, other)
+
+    def newer_view() -> bool:
+        replicas = [replica_of(world, n, group) for n in new_side]
+        return all(r.status is Status.NORMAL and r.view > old_view for r in replicas)
+
+    run_until(world, newer_view)
+    new_primary = primary_of(world, group)
+    assert new_primary in new_side
+    second = call(
+        world, probe, new_primary, CommandCode.STORE_CONSUMER_OFFSET, _store(CONSUMER_ID, 2)
+    )
+    assert second.status == 0, second
+    # The old side has not heard of the newer view.
+    assert all(replica_of(world, n, group).view == old_view for n in old_side)
+    assert replica_of(world, old_primary, group).is_primary
+
+
 def test_five_nodes_a_primary_and_a_backup_cut_off_from_a_newer_view_serve_no_old_offset() -> None:
     """reads: with five nodes, the primary of a view and one backup are cut off from the
     other three, which form a newer view and acknowledge a store there. The cut-off
@@ -252,35 +289,9 @@ def test_five_nodes_a_primary_and_a_backup_cut_off_from_a_newer_view_serve_no_ol
     group = workload_group(world, settle=True)
     probe = world.add_probe()
     old_primary = primary_of(world, group)
-    old_view = replica_of(world, old_primary, group).view
     backup = next(n.index for n in world.nodes if n.index != old_primary)
     others = [n.index for n in world.nodes if n.index not in (old_primary, backup)]
-    for node in (old_primary, backup, *others):
-        login(world, probe, node)
-    _messages(world, probe, old_primary)
-    first = call(
-        world, probe, old_primary, CommandCode.STORE_CONSUMER_OFFSET, _store(CONSUMER_ID, 1)
-    )
-    assert first.status == 0, first
-    run_until(world, lambda: settled(world, group))
-    for cut in (old_primary, backup):
-        for other in others:
-            world.cut(cut, other)
-
-    def newer_view() -> bool:
-        replicas = [replica_of(world, o, group) for o in others]
-        return all(r.status is Status.NORMAL and r.view > old_view for r in replicas)
-
-    run_until(world, newer_view)
-    new_primary = primary_of(world, group)
-    assert new_primary in others
-    second = call(
-        world, probe, new_primary, CommandCode.STORE_CONSUMER_OFFSET, _store(CONSUMER_ID, 2)
-    )
-    assert second.status == 0, second
-    # The old pair still thinks view ``old_view`` is current.
-    assert replica_of(world, old_primary, group).view == old_view
-    assert replica_of(world, backup, group).view == old_view
+    _newer_view_acknowledges_a_store(world, probe, group, [old_primary, backup], others)
     reply = _sent_offset_read(world, probe, backup)
     assert reply.status == TRANSIENT, f"the cut-off backup answered {_stored(reply)}"
 
@@ -294,30 +305,7 @@ def test_a_primary_cut_off_from_its_backups_refuses_the_stored_offset_read() -> 
     group = workload_group(world, settle=True)
     probe = world.add_probe()
     old_primary = primary_of(world, group)
-    old_view = replica_of(world, old_primary, group).view
     backups = [n.index for n in world.nodes if n.index != old_primary]
-    for node in (old_primary, *backups):
-        login(world, probe, node)
-    _messages(world, probe, old_primary)
-    first = call(
-        world, probe, old_primary, CommandCode.STORE_CONSUMER_OFFSET, _store(CONSUMER_ID, 1)
-    )
-    assert first.status == 0, first
-    run_until(world, lambda: settled(world, group))
-    for backup in backups:
-        world.cut(old_primary, backup)
-
-    def newer_view() -> bool:
-        replicas = [replica_of(world, b, group) for b in backups]
-        return all(r.status is Status.NORMAL and r.view > old_view for r in replicas)
-
-    run_until(world, newer_view)
-    new_primary = primary_of(world, group)
-    second = call(
-        world, probe, new_primary, CommandCode.STORE_CONSUMER_OFFSET, _store(CONSUMER_ID, 2)
-    )
-    assert second.status == 0, second
-    deposed = replica_of(world, old_primary, group)
-    assert deposed.is_primary and deposed.view == old_view  # it has not heard of it
+    _newer_view_acknowledges_a_store(world, probe, group, [old_primary], backups)
     reply = _sent_offset_read(world, probe, old_primary)
     assert reply.status == TRANSIENT, f"the cut-off primary answered {_stored(reply)}"
