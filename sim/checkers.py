@@ -369,7 +369,7 @@ class Checkers:
                 f"client {client.index} got a reply for group {group} op {reply.op}, "
                 "which no replica has committed",
             )
-        if (known.client_id, known.request) != (client.client_id, pending.request.request):
+        if (known.client_id, known.request) != (client.client_id, pending.request.wire_request):
             raise CheckFailed(
                 "correctness",
                 "reply",

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from broker.core.groups import Outcome
+from sdk.wire import HEADER_SIZE, RequestHeader
+from sdk.wire.codes import Operation, operation_for_code
 from sim.options import NetworkOptions
 
 CLIENT_BASE: Final = 1_000
@@ -47,17 +49,39 @@ class ReplicaFrame:
 
 @dataclass(frozen=True, slots=True)
 class ClientRequest:
-    """A client request as its node receives it: the Iggy command and its wire payload.
-
-    The 256-byte Iggy header is not modelled; its fields that matter (client id, session,
-    request number, command code) travel here as data.
-    """
+    """A client request: the Iggy command and its wire payload, with the header fields
+    that matter (client id, session, request number, command code) as data; the node
+    reads it as the frame it stands for (:meth:`frame`)."""
 
     client_id: int
     session: int
     request: int
     code: int
     payload: bytes
+
+    @property
+    def wire_request(self) -> int:
+        """The request number the frame carries: 0 for a register, as on the wire."""
+        return 0 if operation_for_code(self.code) is Operation.REGISTER else self.request
+
+    def frame(self) -> bytes:
+        """The request as the client's connection carries it: an Iggy 0.9 request frame
+        (its body checksum left unstamped, as the partition plane leaves it). A login's
+        register carries session 0 and request 0 on the wire, whatever number the client
+        keeps for it: the node's reply is matched to it by the connection, as here by
+        ``request``."""
+        operation = operation_for_code(self.code)
+        register = operation is Operation.REGISTER
+        size = HEADER_SIZE + len(self.payload)
+        header = RequestHeader(
+            size=size,
+            client=self.client_id,
+            request=self.wire_request,
+            session=0 if register else self.session,
+            operation=operation,
+            code=self.code if operation is Operation.NON_REPLICATED else 0,
+        )
+        return header.pack() + self.payload
 
 
 @dataclass(frozen=True, slots=True)

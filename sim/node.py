@@ -1,14 +1,15 @@
-"""A simulated node: one replica of every group, its disks, and the runtime's admission.
+"""A simulated node: one replica of every group, its disks, and the runtime's own handling.
 
 Purpose: host, on one simulated machine, a ``consensus.Replica`` of the metadata group and
 of every partition group, each with the real state machine (``MetadataMachine`` or
 ``PartitionMachine``) and the real journal over a ``MemoryStorage`` (:mod:`sim.disk`);
 carry out the replicas' actions with the runtime's own ``broker.core.execution``, doing
-only the disk work here (the host contract of ``consensus.protocols``); turn client
-requests into consensus requests the way the runtime's admission does, by the same
-command table and decisions (``broker.core.commands``); and queue, admit and answer them
-with the runtime's own ``broker.core.groups.GroupRequests``, so a reply reaches exactly
-the request it belongs to here as on a real node.
+only the disk work here (the host contract of ``consensus.protocols``); answer client
+requests with the runtime's own request handling (``broker.core.handlers``): each
+request is read as its Iggy frame, its flow is stepped here as the runtime awaits it,
+and its response frames are read back into the client's reply; and queue, admit and
+answer submissions with the runtime's own ``broker.core.groups.GroupRequests``, so a
+reply reaches exactly the request it belongs to here as on a real node.
 
 Invariants:
 
@@ -25,9 +26,11 @@ Invariants:
    ``REQUEST_TIMEOUT_TICKS``, 58 or 59 as the runtime's submitter says. A backup forwards
    it to the node of the view's primary and answers it with that node's outcome
    (``broker.core.forwarding``), or with 59 once its submitter's deadline passed.
-6. A stored-offset read is answered once: from the partition's applied state when its
-   barrier holds (``broker.core.reads``; at a backup, after a decided read index), or
-   with 58 when the round fails or ``READ_WAIT_TICKS`` pass; a crash drops it with its
+6. A flow waiting for a catch-up or a read barrier is resumed once: when the group
+   applied what it waits for (a barrier: in normal status, after a decided read index
+   when the read is fresh or a backup is behind), or when the round fails or
+   ``READ_WAIT_TICKS`` pass; a flow whose submission was answered is resumed after the
+   replica step that answered it, never inside it; a crash drops every flow with its
    connection.
 
 Theory of operation: group 0 is the metadata group. After every step that applied
@@ -49,22 +52,12 @@ from collections import deque
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from broker.core.commands import (
-    ROUTES,
     Balancer,
-    Denied,
-    PartitionWrite,
-    Resync,
-    Route,
-    admit_metadata_write,
-    admit_offset_write,
-    admit_poll,
-    committed_retry,
-    resync_reply,
 )
-from broker.core.connections import ConnectionContext
+from broker.core.connections import ConnectionContext, Response
 from broker.core.execution import Execution
 from broker.core.forwarding import Forwards, forward_target
 from broker.core.groups import (
@@ -79,23 +72,31 @@ from broker.core.groups import (
     Submission,
     timed_out,
 )
-from broker.core.identity import internal_checksum, register_checksum, request_checksum
+from broker.core.handlers import (
+    RULES,
+    CatchUp,
+    Effect,
+    Flow,
+    HashPassword,
+    PasswordLogin,
+    ReadBarrier,
+    Rules,
+    Submit,
+    VerifyPassword,
+    handle,
+    login_user,
+)
+from broker.core.handlers import Group as CoreGroup
+from broker.core.identity import internal_checksum
 from broker.core.reads import READ_WAIT_US, ReadIndexRound, read_index_answer, readable
 from broker.core.reconcile import METADATA_GROUP, reconcile
 from broker.core.sessions import (
     MetadataView,
-    SessionEvicted,
-    SessionOk,
-    SessionRefused,
-    SessionWait,
-    check_session,
-    logged_in,
-    logged_out,
     session_to_end,
 )
 from broker.core.system import SystemClient
-from broker.state.admission import authenticate
 from broker.state.codec import encode_command
+from broker.state.credentials import hash_password, verify_password
 from broker.state.errors import ErrorCode, StateError
 from broker.state.metadata import (
     ConsumerGroupInfo,
@@ -105,10 +106,9 @@ from broker.state.metadata import (
     MetadataState,
     PartitionRef,
 )
-from broker.state.metadata_machine import MetadataMachine
-from broker.state.partition import ConsumerKey
+from broker.state.metadata_machine import MetadataMachine, PartitionStats
 from broker.state.partition_machine import PartitionMachine
-from broker.state.routing import route_offset
+from broker.state.routing import PartitionRoute
 from consensus.config import ReplicaConfig
 from consensus.events import (
     Action,
@@ -128,6 +128,7 @@ from consensus.messages import Commit, Message, Prepare, encode_message
 from consensus.protocols import DurableState, Prepared
 from consensus.replica import Replica, Status
 from sdk import wire
+from sdk.wire import Command, EvictionReason
 from sdk.wire.codes import CommandCode, IggyErrorCode, Operation
 from sim.disk import Disk
 from sim.network import (
@@ -154,9 +155,11 @@ TOPIC_ID: Final = 0
 """The ids of the workload's stream and topic: the operator creates them first."""
 SYSTEM_CODE: Final = 0
 """``ClientRequest.code`` of a runtime-internal metadata command (bootstrap only)."""
-
-_Handler = Callable[[int, int, ClientRequest, CommandCode, wire.RequestPayload], None]
-"""How the node carries out one route: (tick, source, request, code, payload)."""
+_ROUTING_STATUSES: Final = frozenset(
+    {int(IggyErrorCode.TRANSIENT_NOT_ACCEPTED), int(IggyErrorCode.TRANSIENT_NOT_COMMITTED)}
+)
+"""Statuses whose reply names the group's view and its primary, for the client to route
+by (``broker.core.answers.refused``); other status replies name no one."""
 
 
 class Observer(Protocol):
@@ -229,6 +232,30 @@ class GroupHost:
     #: Its client requests, as the runtime's group host keeps them (``broker.core.groups``).
     requests: GroupRequests = field(default_factory=GroupRequests)
 
+    # What a request's flow reads of it (``broker.core.handlers.Group``), as of the
+    # runtime's group host.
+
+    @property
+    def group_id(self) -> int:
+        return self.group
+
+    @property
+    def is_primary(self) -> bool:
+        return self.replica.status is Status.NORMAL and self.replica.is_primary
+
+    @property
+    def primary_index(self) -> int | None:
+        return self.replica.primary if self.replica.status is Status.NORMAL else None
+
+    @property
+    def applied_op(self) -> int:
+        return self.replica.commit_min
+
+    @property
+    def partition_machine(self) -> PartitionMachine | None:
+        machine = self.machine.inner
+        return machine if isinstance(machine, PartitionMachine) else None
+
 
 @dataclass(slots=True)
 class SystemQueue:
@@ -249,17 +276,24 @@ class SystemQueue:
 
 
 @dataclass(slots=True)
-class PendingRead:
-    """A stored-offset read waiting at this node: for the read index of a backup (its
-    ``round``), then until the replica applied ``target``; refused with 58 at
-    ``deadline``, as the runtime's read wait ends."""
+class _Flow:
+    """A client request's flow at this node (``broker.core.handlers``), and where its
+    answer goes; a flow of an earlier incarnation is never resumed."""
 
+    flow: Flow
     source: int
     request: ClientRequest
-    checksum: bytes
-    group: int
-    consumer: ConsumerKey
-    must_see: int
+    incarnation: int
+
+
+@dataclass(slots=True)
+class _Wait:
+    """A flow waiting for a catch-up or a read barrier: for normal status (a barrier),
+    then for its read index (``round``, when it needs one), then until the replica applied
+    ``target``; resumed with False (a barrier) at ``deadline``, as the runtime's wait ends."""
+
+    waiting: _Flow
+    effect: CatchUp | ReadBarrier
     deadline: int
     round: ReadIndexRound | None = None
     target: int | None = None
@@ -267,6 +301,10 @@ class PendingRead:
 
 class Node:
     """One machine of the cluster; see the module docstring."""
+
+    #: The handling's decision points (``broker.core.handlers.Rules``); a planted node
+    #: (``sim.planted``) gets one wrong.
+    rules: Rules = RULES
 
     def __init__(
         self,
@@ -289,9 +327,15 @@ class Node:
         #: (deadline tick, submission) in submission order: the node's submitters, each of
         #: which stops waiting at its deadline (``broker.core.groups.timed_out``).
         self._waiting: deque[tuple[int, GroupHost, Submission]] = deque()
-        #: Stored-offset reads waiting here, by read-index token (in arrival order).
-        self._reads: dict[int, PendingRead] = {}
+        #: Flows waiting here for a catch-up or a read barrier, by read-index token (in
+        #: arrival order), and flows whose submission was answered, to resume in order.
+        self._waits: dict[int, _Wait] = {}
         self._read_token = 0
+        self._ready: deque[tuple[_Flow, Outcome]] = deque()
+        #: The tick of what the node is doing now: its clock for the flows.
+        self._tick = 0
+        #: The node's randomness for the flows (salts, tokens), renewed at every restart.
+        self._prng = stream(options.seed, f"node.{index}.0")
         self._balancer = Balancer()
         self.forwards = Forwards()
         #: What this node remembers of each client's connection to it (by client id), as
@@ -307,16 +351,6 @@ class Node:
         #: Stored offsets this node's backups served through a read index (every
         #: incarnation).
         self.fresh_reads = 0
-        #: The routes of ``broker.core.commands.ROUTES`` the workload's clients take.
-        self._handlers: dict[Route, _Handler] = {
-            Route.LOGIN: self._login,
-            Route.METADATA_WRITE: self._metadata_write,
-            Route.LOGOUT: self._logout,
-            Route.SEND: self._send,
-            Route.OFFSET_WRITE: self._offset_write,
-            Route.POLL: self._poll,
-            Route.OFFSET_READ: self._offset_read,
-        }
         #: Every group's disk, by group id: what the node's data directory holds. A
         #: group's disk outlives the process; it goes when the group is removed.
         self.disks: dict[int, Disk] = {
@@ -412,7 +446,8 @@ class Node:
         self.alive = False
         self.outbox = []
         self._waiting.clear()  # the connections that waited are gone with the process
-        self._reads = {}
+        self._waits = {}
+        self._ready.clear()
         # Every connection closes with the process; as the runtime, the new process ends
         # none of their sessions (``broker.core.sessions``, invariant 6): a client's next
         # login ends its old session.
@@ -431,6 +466,7 @@ class Node:
         self.alive = True
         self.incarnation += 1
         self.system = self._system_client()
+        self._prng = stream(self.options.seed, f"node.{self.index}.{self.incarnation}")
         self._recovered = {group: disk.reopen() for group, disk in self.disks.items()}
         durable, checkpoint = self._recovered.pop(METADATA_GROUP)
         disk = self.disks[METADATA_GROUP]
@@ -498,10 +534,12 @@ class Node:
 
     def step(self, tick: int, host: GroupHost, event: Event) -> None:
         assert self.alive
+        self._tick = tick
         if host.ticks_owed:
             self._pay_ticks(tick, host)  # time passes before anything else happens
         self._step(tick, host, event)
         self._admit_queued(tick, host)
+        self._resume_ready()
 
     def _step(self, tick: int, host: GroupHost, event: Event) -> None:
         replica = host.replica
@@ -581,10 +619,14 @@ class Node:
 
     def on_forwarded_outcome(self, source: int, forwarded: ForwardedOutcome) -> None:
         self.forwards.answered(source, forwarded.token, forwarded.outcome)
+        self._resume_ready()
 
     def tick(self, tick: int) -> None:
+        self._tick = tick
         self._expire_waiting(tick)
-        self._serve_reads(tick)
+        self._resume_ready()
+        self._check_waits(tick)
+        self._resume_ready()
         self._run_system(tick)
         if not self.options.lazy_ticks:
             for host in self._hosts():
@@ -756,71 +798,273 @@ class Node:
         the connection was told (read-your-writes)."""
         return self._connection(client_id).must_see(group)
 
-    # Admission ---------------------------------------------------------------------------
+    # Requests, carried out by ``broker.core.handlers`` --------------------------------------
 
     def on_client_request(self, tick: int, source: int, request: ClientRequest) -> None:
-        """Admit a client request as the runtime does, or answer it at once."""
-        try:
-            self._admit(tick, source, request)
-        except (StateError, wire.ProtocolError) as error:
-            self._answer(source, request, int(error.code))
-
-    def _admit(self, tick: int, source: int, request: ClientRequest) -> None:
+        """Run the request's flow as the runtime does: decode its frame, judge it, and
+        carry out each effect the flow waits on (``_carry_out``)."""
+        self._tick = tick
         if request.code == SYSTEM_CODE:
-            operation = int.from_bytes(request.payload[:4], "little")
-            body = request.payload[4:]
-            checksum = internal_checksum(body)
-            self._propose(tick, METADATA_GROUP, request, checksum, operation, body)
+            self._propose_system(tick, request)
             return
-        code = CommandCode(request.code)
-        route = ROUTES.get(code)
-        handler = None if route is None else self._handlers.get(route)
-        if handler is None:
-            raise StateError(ErrorCode.INVALID_COMMAND, f"the simulator does not send {code}")
-        metadata = self.groups[METADATA_GROUP].replica
-        if route is not Route.LOGIN:
-            if not self._check_session(tick, source, request):
-                return
-            self.observer.on_admitted(
-                self.index, request.client_id, request.session, metadata.commit_min
-            )
-            if metadata.commit_min < self._must_see(request.client_id, METADATA_GROUP):
-                # Read your writes: this node checks requests against its metadata only
-                # once it applied what the connection was told. The runtime waits for it
-                # (a read index); here the client is refused and asks again.
-                self._answer(source, request, int(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
-                return
-        payload = wire.COMMANDS[code].decode_request(request.payload)
-        handler(tick, source, request, code, payload)
-
-    def _check_session(self, tick: int, source: int, request: ClientRequest) -> bool:
-        """Carry out ``broker.core.sessions.check_session`` as the runtime's node does:
-        True to go on, else the request is answered (refused, or the client evicted and
-        its connection closed)."""
+        frame = wire.decode_frame(request.frame())
         context = self._connection(request.client_id)
-        view = self._metadata_view()
-        verdict = check_session(context, request.session, request.client_id, view)
-        if isinstance(verdict, SessionWait):
-            # The runtime waits (bounded) until it applied the session, then asks again;
-            # here the client is refused and asks again, as at the read barrier.
-            verdict = SessionRefused(int(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
-        if isinstance(verdict, SessionRefused):
-            self._answer(source, request, verdict.status)
-            return False
-        if isinstance(verdict, SessionEvicted):
-            # An eviction frame, then the transport closes the connection.
-            self._answer(source, request, 0, error=ClientError.NO_SESSION.value)
-            self.connection_closed(tick, request.client_id)
-            return False
-        assert isinstance(verdict, SessionOk)
-        context.client_id = request.client_id
-        return True
+        flow = handle(self, context, frame, self.rules)
+        self._resume(_Flow(flow, source, request, self.incarnation), None)
+        self._resume_ready()
 
-    def _metadata_view(self) -> MetadataView:
+    def _resume(self, waiting: _Flow, result: Any) -> None:
+        """Send ``result`` to the flow and carry out its next effect, or answer with the
+        response it returned."""
+        if waiting.incarnation != self.incarnation or not self.alive:
+            return  # its connection went with the process that ran it
+        try:
+            effect = waiting.flow.send(result)
+        except StopIteration as stop:
+            self._respond(waiting, stop.value)
+            return
+        self._carry_out(waiting, effect)
+
+    def _resume_ready(self) -> None:
+        """Resume the flows whose submission was answered meanwhile, in order: never from
+        inside the replica step that answered it."""
+        while self._ready:
+            waiting, outcome = self._ready.popleft()
+            self._resume(waiting, outcome)
+
+    def _carry_out(self, waiting: _Flow, effect: Effect) -> None:
+        if isinstance(effect, Submit):
+            self._submit_effect(waiting, effect)
+        elif isinstance(effect, CatchUp | ReadBarrier):
+            self._wait_effect(waiting, effect)
+        elif isinstance(effect, PasswordLogin):
+            user = login_user(self.metadata_state(), effect.username)
+            if user is not None and not verify_password(user.password, effect.password):
+                user = None
+            self._resume(waiting, user)
+        elif isinstance(effect, VerifyPassword):
+            self._resume(waiting, verify_password(effect.stored, effect.password))
+        else:
+            assert isinstance(effect, HashPassword)
+            salt = self._prng.randbytes(16)
+            self._resume(waiting, hash_password(effect.password, salt, n=16, r=1, p=1))
+
+    def _submit_effect(self, waiting: _Flow, effect: Submit) -> None:
+        host = self.groups.get(effect.group_id)
+        if host is None:
+            self._resume(waiting, Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
+            return
+
+        def deliver(outcome: Outcome) -> None:
+            self._ready.append((waiting, outcome))
+
+        submission = Submission(
+            effect.client_id,
+            effect.session,
+            effect.request,
+            effect.operation,
+            effect.body,
+            self._tick * TICK_US,
+            deliver,
+            effect.checksum,
+        )
+        self._submit(self._tick, host, submission)
+
+    def _wait_effect(self, waiting: _Flow, effect: CatchUp | ReadBarrier) -> None:
+        """Wait, bounded by ``READ_WAIT_TICKS``, as the runtime's ``_catch_up`` and
+        ``_read_barrier`` do (``broker.core.reads``)."""
+        wait = _Wait(waiting, effect, self._tick + READ_WAIT_TICKS)
+        self._read_token += 1
+        self._waits[self._read_token] = wait
+        self._check_wait(self._read_token, wait)
+
+    def _check_wait(self, token: int, wait: _Wait) -> None:
+        """Take ``wait`` as far as it can go now; resume its flow once it is decided."""
+        effect = wait.effect
+        barrier = isinstance(effect, ReadBarrier)
+        host = self.groups.get(effect.group_id)
+        if host is None or self._tick >= wait.deadline:
+            self._end_wait(token, wait, False)
+            return
+        replica = host.replica
+        if wait.target is None:
+            if barrier and not readable(replica, 0):
+                return  # restarted or in a view change: the read waits for normal status
+            fresh = isinstance(effect, ReadBarrier) and effect.fresh
+            if fresh and replica.status is not Status.NORMAL:
+                self._end_wait(token, wait, False)  # no read index outside normal status
+                return
+            if wait.round is None:
+                self._start_round(token, wait, replica)
+            if wait.target is None:
+                return  # asked; the answers decide it
+        target = wait.target
+        if barrier and readable(replica, target):
+            self._end_wait(token, wait, True)
+        elif not barrier and replica.commit_min >= target:
+            self._end_wait(token, wait, None)
+
+    def _start_round(self, token: int, wait: _Wait, replica: Replica) -> None:
+        """Ask for a read index when the wait needs one (a fresh read, or a backup
+        behind the op it waits for), or decide the wait's target at once."""
+        effect = wait.effect
+        fresh = isinstance(effect, ReadBarrier) and effect.fresh
+        behind = replica.commit_min < effect.op and not replica.is_primary
+        if not (fresh or behind) or replica.status is not Status.NORMAL:
+            wait.target = effect.op
+            return
+        wait.round = (
+            self._read_index_round(replica) if fresh else ReadIndexRound(replica, confirmed=False)
+        )
+        commit = wait.round.commit
+        if commit is not None:  # a primary, or a lone replica: nobody to ask
+            wait.target = max(effect.op, commit)
+            return
+        for peer in wait.round.peers():
+            self.outbox.append((peer, ReadIndexAsk(token, effect.group_id, replica.view)))
+
+    def _end_wait(self, token: int, wait: _Wait, result: bool | None) -> None:
+        del self._waits[token]
+        self._resume(wait.waiting, None if isinstance(wait.effect, CatchUp) else result)
+
+    def _respond(self, waiting: _Flow, response: Response) -> None:
+        """Send the flow's response to its client as the frames it is, read back into a
+        ``ClientReply``; close the connection when the response says so."""
+        request = waiting.request
+        frame = wire.decode_frame(b"".join(bytes(part) for part in response.parts))
+        op, status, body, error, primary = 0, 0, b"", "", -1
+        if frame.command is Command.EVICTION:
+            reason = frame.eviction_header().reason
+            no_session = reason is EvictionReason.NO_SESSION
+            error = (ClientError.NO_SESSION if no_session else ClientError.SESSION_EVICTED).value
+        else:
+            header = frame.reply_header()
+            op, status, body = header.op, header.status, bytes(frame.body)
+            if op or status in _ROUTING_STATUSES:
+                primary = header.replica  # the group's primary the answer names
+        self._count_read(request, response, status)
+        reply = ClientReply(
+            request.client_id,
+            request.request,
+            op,
+            status,
+            body,
+            error,
+            response.checksum,
+            first_offset=response.first_offset,
+            primary=primary,
+            incarnation=self.incarnation,
+            group=response.group if response.group >= 0 else 0,
+            read_op=response.read_op,
+        )
+        self.outbox.append((waiting.source, reply))
+        if response.close:
+            self.connection_closed(self._tick, request.client_id)
+
+    def _count_read(self, request: ClientRequest, response: Response, status: int) -> None:
+        host = self.groups.get(response.group)
+        if status or host is None or host.replica.is_primary:
+            return
+        if request.code == CommandCode.POLL_MESSAGES:
+            self.backup_polls += 1
+        elif request.code == CommandCode.GET_CONSUMER_OFFSET:
+            self.fresh_reads += 1
+
+    def _propose_system(self, tick: int, request: ClientRequest) -> None:
+        """The operator's bootstrap: a runtime-internal metadata command, as the runtime's
+        own system client proposes it (no frame, no session check)."""
+        operation = int.from_bytes(request.payload[:4], "little")
+        body = request.payload[4:]
+        checksum = internal_checksum(body)
+        self._propose(tick, METADATA_GROUP, request, checksum, operation, body)
+
+    # What the flows read of this node (``broker.core.handlers.Node``) ----------------------
+
+    @property
+    def replica_index(self) -> int:
+        return self.index
+
+    @property
+    def replica_count(self) -> int:
+        return self.options.node_count
+
+    @property
+    def balancer(self) -> Balancer:
+        return self._balancer
+
+    @property
+    def partitions_max(self) -> int | None:
+        return None  # the simulated disk has no descriptor budget
+
+    @property
+    def metadata(self) -> GroupHost:
+        return self.groups[METADATA_GROUP]
+
+    def metadata_machine(self) -> MetadataMachine | None:
+        machine = self.groups[METADATA_GROUP].machine.inner
+        assert isinstance(machine, MetadataMachine)
+        return machine
+
+    def metadata_view(self) -> MetadataView:
         replica = self.groups[METADATA_GROUP].replica
         is_primary = replica.status is Status.NORMAL and replica.is_primary
         known_op = max(replica.op, replica.commit_max)
         return MetadataView(replica.commit_min, known_op, is_primary, self.metadata_state().session)
+
+    def partition(self, route: PartitionRoute) -> GroupHost:
+        """The hosted group of a partition the metadata names (it always is hosted here:
+        reconciling follows every applied metadata op at once)."""
+        group = self._by_partition.get((route.stream_id, route.topic_id, route.partition_id))
+        if group is None:
+            raise StateError(ErrorCode.PARTITION_NOT_FOUND, str(route.partition_id))
+        return self.groups[group]
+
+    def cluster_nodes(self) -> tuple[wire.ClusterNode, ...]:
+        return ()  # simulated nodes have no addresses: a route request is refused (58)
+
+    def now_us(self) -> int:
+        return self._tick * TICK_US
+
+    def draw_token(self) -> str:
+        return self._prng.randbytes(32).hex()
+
+    def auto_commit(
+        self, group: CoreGroup, route: PartitionRoute, offset: int, user_id: int
+    ) -> None:
+        raise AssertionError("the simulated workload polls without auto-commit")
+
+    def login_failed(self, host: str) -> None:
+        del host  # the simulator draws no login throttle: its clients know the password
+
+    def login_succeeded(self, host: str) -> None:
+        del host
+
+    def session_admitted(self, context: ConnectionContext, header: wire.RequestHeader) -> None:
+        metadata = self.groups[METADATA_GROUP].replica
+        self.observer.on_admitted(self.index, header.client, header.session, metadata.commit_min)
+
+    def node_read(
+        self, context: ConnectionContext, code: CommandCode, session: int, payload: Any
+    ) -> bytes:
+        raise StateError(ErrorCode.INVALID_COMMAND, "the simulator serves no node reads")
+
+    def runtime_stats(self) -> bytes:
+        raise StateError(ErrorCode.INVALID_COMMAND, "the simulator keeps no runtime stats")
+
+    def partition_stats(self, stream_id: int, topic_id: int, partition_id: int) -> PartitionStats:
+        """Offsets and counts from the partition's state; the simulated disk measures no
+        bytes, so sizes are 0."""
+        group = self._by_partition.get((stream_id, topic_id, partition_id))
+        machine = None if group is None else self.groups[group].machine.inner
+        if not isinstance(machine, PartitionMachine):
+            return PartitionStats()
+        state = machine.state
+        return PartitionStats(
+            segments_count=1,
+            current_offset=state.current_offset,
+            size_bytes=0,
+            messages_count=max(0, state.frontier.next_offset - state.first_offset),
+        )
 
     def connection_closed(self, tick: int, client_id: int) -> None:
         """The client's connection to this node closed: end the session it registered,
@@ -875,208 +1119,6 @@ class Node:
         )
         self._submit(tick, self.groups[METADATA_GROUP], submission)
 
-    def _login(
-        self,
-        tick: int,
-        source: int,
-        request: ClientRequest,
-        code: CommandCode,
-        payload: wire.RequestPayload,
-    ) -> None:
-        assert isinstance(payload, wire.LoginRegister)
-        state = self.metadata_state()
-        register = authenticate(state, request.client_id, payload.username, payload.password)
-        operation, body = encode_command(register)
-        checksum = register_checksum(register.user_id)
-        context = self._connection(request.client_id)
-        replica = self.groups[METADATA_GROUP].replica
-        known_before = max(replica.op, replica.commit_max)
-
-        def bind(outcome: Outcome) -> None:
-            if not isinstance(outcome, Replied):
-                return
-            try:
-                wire.split_result(Operation.REGISTER, outcome.body)
-            except wire.ServerRejected:
-                return  # no session: the connection stays as it was
-            logged_in(context, request.client_id, outcome.op, known_before=known_before)
-
-        self._propose(
-            tick, METADATA_GROUP, request, checksum, operation, body, session=0, then=bind
-        )
-
-    def _logout(
-        self,
-        tick: int,
-        source: int,
-        request: ClientRequest,
-        code: CommandCode,
-        payload: wire.RequestPayload,
-    ) -> None:
-        context = self._connection(request.client_id)
-
-        def unbind(outcome: Outcome) -> None:
-            if isinstance(outcome, Replied):
-                logged_out(context)
-
-        self._metadata_write(tick, source, request, code, payload, then=unbind)
-
-    def _metadata_write(
-        self,
-        tick: int,
-        source: int,
-        request: ClientRequest,
-        code: CommandCode,
-        payload: wire.RequestPayload,
-        *,
-        then: Callable[[Outcome], None] | None = None,
-    ) -> None:
-        state = self.metadata_state()
-        write = admit_metadata_write(state, code, payload, request.session, None)
-        checksum = request_checksum(code, payload, request.payload)
-        if isinstance(write, Denied):
-            # A retry of a committed request gets its committed reply, as on a real node.
-            host = self.groups[METADATA_GROUP]
-            replica = host.replica
-            cached = committed_retry(
-                replica.client_table,
-                request.client_id,
-                request.session,
-                request.request,
-                write,
-                checksum,
-            )
-            if cached is None:
-                raise StateError(ErrorCode(write.status), write.refusal)
-            replied = Replied(cached.op, replica.commit_max, replica.view, cached.reply)
-            if then is not None:
-                then(replied)
-            self._reply(host, request.client_id, request.request, checksum, replied)
-            return
-        self._propose(
-            tick, METADATA_GROUP, request, checksum, write.operation, write.body, then=then
-        )
-
-    def _send(
-        self,
-        tick: int,
-        source: int,
-        request: ClientRequest,
-        code: CommandCode,
-        payload: wire.RequestPayload,
-    ) -> None:
-        assert isinstance(payload, wire.SendMessages)
-        state = self.metadata_state()
-        write = self._balancer.admit_send(state, payload, request.payload, request.session)
-        self._propose_partition(tick, request, code, payload, write)
-
-    def _offset_write(
-        self,
-        tick: int,
-        source: int,
-        request: ClientRequest,
-        code: CommandCode,
-        payload: wire.RequestPayload,
-    ) -> None:
-        assert isinstance(payload, wire.StoreConsumerOffset | wire.DeleteConsumerOffset)
-        state = self.metadata_state()
-        write = admit_offset_write(state, code, payload, request.session)
-        self._propose_partition(tick, request, code, payload, write)
-
-    def _propose_partition(
-        self,
-        tick: int,
-        request: ClientRequest,
-        code: CommandCode,
-        payload: wire.RequestPayload,
-        write: PartitionWrite,
-    ) -> None:
-        route = write.route
-        group = self._partition_group(route.stream_id, route.topic_id, route.partition_id)
-        checksum = request_checksum(code, payload, request.payload)
-        self._propose(tick, group, request, checksum, write.operation, write.body)
-
-    def _poll(
-        self,
-        tick: int,
-        source: int,
-        request: ClientRequest,
-        code: CommandCode,
-        payload: wire.RequestPayload,
-    ) -> None:
-        assert isinstance(payload, wire.PollMessages)
-        admitted = admit_poll(self.metadata_state(), payload, request.session)
-        checksum = request_checksum(code, payload, request.payload)
-        if isinstance(admitted, Resync):
-            body = b"".join(bytes(part) for part in resync_reply())
-            self._answer(source, request, 0, body, checksum=checksum)
-            return
-        route = admitted.route
-        group = self._partition_group(route.stream_id, route.topic_id, route.partition_id)
-        replica = self.groups[group].replica
-        if not readable(replica, self._must_see(request.client_id, group)) or not (
-            replica.log_whole
-        ):
-            # In a view change, restarted and not re-committed yet, behind what this
-            # connection was told, or committed messages missing here until repaired: the
-            # runtime's read barrier would wait, then refuse; the client reads again.
-            self._answer(source, request, int(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
-            return
-        if not replica.is_primary:
-            self.backup_polls += 1
-        partition = self.groups[group].machine.inner
-        assert isinstance(partition, PartitionMachine) and route.consumer is not None
-        parts, _ = partition.poll(payload, route.consumer)
-        body = b"".join(bytes(part) for part in parts)
-        first_offset = partition.state.first_offset
-        self._answer(
-            source, request, 0, body, checksum=checksum, first_offset=first_offset, group=group
-        )
-
-    def _offset_read(
-        self,
-        tick: int,
-        source: int,
-        request: ClientRequest,
-        code: CommandCode,
-        payload: wire.RequestPayload,
-    ) -> None:
-        """A stored consumer offset, behind a fresh read barrier (it may have been stored
-        through another node), as the runtime's: the replica asks for a confirmed read
-        index first (``broker.core.reads``; a backup its primary and enough of the view, a
-        primary enough of its backups), then the read waits, bounded, until it applied
-        that far."""
-        assert isinstance(payload, wire.GetConsumerOffset)
-        route = route_offset(self.metadata_state(), payload, request.session)
-        group = self._partition_group(route.stream_id, route.topic_id, route.partition_id)
-        replica = self.groups[group].replica
-        assert route.consumer is not None
-        read = PendingRead(
-            source,
-            request,
-            request_checksum(code, payload, request.payload),
-            group,
-            route.consumer,
-            self._must_see(request.client_id, group),
-            tick + READ_WAIT_TICKS,
-        )
-        if not readable(replica, 0):
-            # Restarted or in a view change: the runtime would wait for normal status
-            # first; here the client is refused and reads again.
-            self._answer(source, request, int(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
-            return
-        self._read_token += 1
-        token = self._read_token
-        self._reads[token] = read
-        read.round = self._read_index_round(replica)
-        commit = read.round.commit
-        if commit is not None:  # a lone replica: nobody to ask
-            read.target = max(read.must_see, commit)
-            self._serve_read(token, read)
-            return
-        for peer in read.round.peers():
-            self.outbox.append((peer, ReadIndexAsk(token, group, replica.view)))
-
     def _read_index_round(self, replica: Replica) -> ReadIndexRound:
         return ReadIndexRound(replica, confirmed=True)
 
@@ -1092,69 +1134,37 @@ class Node:
         self.outbox.append((source, ReadIndexReply(ask.token, in_view, commit)))
 
     def on_read_index_reply(self, tick: int, source: int, reply: ReadIndexReply) -> None:
-        del tick
-        read = self._reads.get(reply.token)
-        if read is None or read.round is None or read.target is not None:
+        self._tick = tick
+        wait = self._waits.get(reply.token)
+        if wait is None or wait.round is None or wait.target is not None:
             return  # answered, expired, or decided already
-        read.round.answered(source, reply.in_view, reply.commit)
-        if read.round.failed:
-            del self._reads[reply.token]
-            self._answer(read.source, read.request, int(IggyErrorCode.TRANSIENT_NOT_ACCEPTED))
-            return
-        commit = read.round.commit
-        if commit is not None:
-            read.target = max(read.must_see, commit)
-            self._serve_read(reply.token, read)
+        round_ = wait.round
+        round_.answered(source, reply.in_view, reply.commit)
+        effect = wait.effect
+        if round_.failed:
+            fresh = isinstance(effect, ReadBarrier) and effect.fresh
+            if fresh:
+                self._end_wait(reply.token, wait, False)
+                self._resume_ready()
+                return
+            wait.target = effect.op  # only a hint failed: wait for the op itself
+        elif round_.commit is not None:
+            wait.target = max(effect.op, round_.commit)
+        if wait.target is not None:
+            self._check_wait(reply.token, wait)
+        self._resume_ready()
 
-    def _serve_reads(self, tick: int) -> None:
-        """Serve every waiting read whose barrier holds now; refuse those past their
-        deadline."""
-        for token, read in list(self._reads.items()):
-            if not self._serve_read(token, read) and tick >= read.deadline:
-                del self._reads[token]
-                refused = int(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
-                self._answer(read.source, read.request, refused)
-
-    def _serve_read(self, token: int, read: PendingRead) -> bool:
-        """Serve ``read`` if its target is decided and applied here; whether it was."""
-        host = self.groups.get(read.group)
-        if host is None:
-            del self._reads[token]  # the partition went: the client is told so
-            status = int(ErrorCode.PARTITION_NOT_FOUND)
-            self._answer(read.source, read.request, status, checksum=read.checksum)
-            return True
-        replica = host.replica
-        if read.target is None or not readable(replica, read.target):
-            return False
-        del self._reads[token]
-        if not replica.is_primary:
-            self.fresh_reads += 1
-        partition = host.machine.inner
-        assert isinstance(partition, PartitionMachine)
-        body = partition.get_consumer_offset(read.consumer)
-        self._answer(
-            read.source,
-            read.request,
-            0,
-            body,
-            checksum=read.checksum,
-            group=read.group,
-            read_op=replica.commit_min,
-        )
-        return True
+    def _check_waits(self, tick: int) -> None:
+        """Take every waiting read or catch-up as far as it goes at ``tick``."""
+        self._tick = tick
+        for token, wait in list(self._waits.items()):
+            if token in self._waits:
+                self._check_wait(token, wait)
 
     def metadata_state(self) -> MetadataState:
         metadata = self.groups[METADATA_GROUP].machine.inner
         assert isinstance(metadata, MetadataMachine)
         return metadata.state
-
-    def _partition_group(self, stream_id: int, topic_id: int, partition_id: int) -> int:
-        """The hosted group of a partition the metadata names (it always is hosted here:
-        reconciling follows every applied metadata op at once)."""
-        group = self._by_partition.get((stream_id, topic_id, partition_id))
-        if group is None:
-            raise StateError(ErrorCode.PARTITION_NOT_FOUND, str(partition_id))
-        return group
 
     def workload_group(self) -> int | None:
         """The group of the workload topic's first partition, if hosted here."""

@@ -43,17 +43,21 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from broker.core.connections import ConnectionContext
 from broker.core.groups import Replied, RequestIdentity
+from broker.core.handlers import Rules
 from broker.core.reads import ReadIndexRound
+from broker.core.sessions import MetadataView, SessionOk, SessionVerdict
 from broker.state.partition_machine import PartitionMachine
 from consensus.client_table import CachedReply, ClientTable, Verdict
 from consensus.events import Action, AppendToJournal
 from consensus.messages import DoViewChange, Prepare
 from consensus.replica import Replica
 from sdk import wire
+from sdk.wire import RequestHeader
 from sdk.wire.batch import read_batch
 from sdk.wire.codes import Operation
-from sim.network import ClientRequest, ForwardedOutcome, ForwardedRequest
+from sim.network import ForwardedOutcome, ForwardedRequest
 from sim.node import GroupHost, Node
 
 
@@ -197,14 +201,29 @@ class KeepsRemovedGroups(Node):
         del group  # keeps its replica, its requests and its disk
 
 
-class ServesPollsAboveApplied(Node):
-    def _must_see(self, client_id: int, group: int) -> int:
+class _ForgetsWhatWasTold(Rules):
+    def must_see(self, context: ConnectionContext, group_id: int) -> int:
         return 0
 
 
+class ServesPollsAboveApplied(Node):
+    rules = _ForgetsWhatWasTold()
+
+
+class _TrustsTheHeader(Rules):
+    def session(
+        self,
+        context: ConnectionContext,
+        header: RequestHeader,
+        view: MetadataView,
+        *,
+        waited: bool,
+    ) -> SessionVerdict:
+        return SessionOk()  # any session the header names, ended or not, on any connection
+
+
 class SkipsSessionCheck(Node):
-    def _check_session(self, tick: int, source: int, request: ClientRequest) -> bool:
-        return True  # any session the header names, ended or not, on any connection
+    rules = _TrustsTheHeader()
 
 
 class TrustsThePrimaryAlone(Node):

@@ -59,8 +59,17 @@ class Response:
 
     ``refusal`` says why, when the answer refuses the request for a reason an operator
     should see (``broker.core.refusals``): it is logged once, rate-limited per connection.
+    The rest say what the frames do not, for whoever checks the answer (the simulator's
+    checkers): the group whose state or log answered (-1: none), the op that group had
+    applied when a read was served, the partition's first offset a poll saw, and the
+    identity digest of the request answered (``broker.core.identity``; empty when the
+    node answered before it computed one).
     """
 
     parts: list[wire.Buffer]
     close: bool = False
     refusal: str = ""
+    group: int = -1
+    read_op: int = 0
+    first_offset: int = 0
+    checksum: bytes = b""

@@ -1,9 +1,12 @@
-"""The node: every group of one replica, the ticker, the listener, and request admission.
+"""The node: every group of one replica, the ticker, the listener, and request handling.
 
 Purpose: one process of a viewstream cluster. It hosts a replica of the metadata group
 and of every partition group (created and removed as committed metadata changes), feeds
 them ticks, peer messages and client requests, and answers clients in the Iggy 0.9
-protocol.
+protocol. What it decides about a request is ``broker.core.handlers``, which the
+simulator runs too; this node steps each request's flow and carries out what it waits
+for (a group's outcome, a catch-up, a read barrier, scrypt in a worker thread, the login
+throttle).
 
 Invariants:
 
@@ -76,41 +79,30 @@ import trio
 
 from broker import __version__
 from broker.core.commands import (
-    METADATA_READS,
-    ROUTES,
     Balancer,
-    CodeAnswered,
-    CodeEvicted,
-    Denied,
-    Resync,
-    Route,
-    acting_session,
-    admit_command,
-    admit_create_token,
-    admit_metadata_write,
-    admit_offset_write,
-    admit_poll,
-    committed_retry,
-    judge_code,
-    resync_reply,
-    token_reply,
 )
 from broker.core.connections import ConnectionContext, Response
 from broker.core.diagnostics import TEST_SECTION_TEXT, plan_snapshot, snapshot_archive
 from broker.core.groups import (
-    REQUEST_MISMATCH_STATUS,
     REQUEST_TIMEOUT_US,
     Outcome,
     Refused,
     Replied,
-    SessionLost,
     Submission,
 )
-from broker.core.identity import (
-    register_checksum,
-    request_checksum,
-    stamped_checksum_valid,
+from broker.core.handlers import (
+    LOGINS_BUSY,
+    CatchUp,
+    HashPassword,
+    LoginsBusy,
+    PasswordLogin,
+    ReadBarrier,
+    Submit,
+    VerifyPassword,
+    handle,
+    login_user,
 )
+from broker.core.handlers import Group as CoreGroup
 from broker.core.maintenance import (
     AutoCommits,
     PurgesDue,
@@ -123,14 +115,6 @@ from broker.core.reconcile import METADATA_GROUP, partition_group_id, reconcile
 from broker.core.refusals import refusal_line
 from broker.core.sessions import (
     MetadataView,
-    SessionEvicted,
-    SessionOk,
-    SessionRefused,
-    SessionWait,
-    attachment_for,
-    check_session,
-    logged_in,
-    logged_out,
     session_to_end,
 )
 from broker.core.system import NO_SESSION, SystemCall, SystemClient
@@ -154,13 +138,6 @@ from broker.runtime.throttle import (
     LoginThrottle,
     TurnsBusy,
 )
-from broker.state.admission import (
-    authenticate_token,
-    change_password_command,
-    check_password,
-    check_username,
-    create_user_command,
-)
 from broker.state.codec import encode_command
 from broker.state.credentials import PasswordHash, hash_password, verify_password
 from broker.state.errors import ErrorCode, StateError
@@ -173,12 +150,9 @@ from broker.state.metadata import (
     MetadataCommand,
     MetadataState,
     PartitionRef,
-    Register,
     UserInfo,
-    UserStatus,
 )
 from broker.state.metadata_machine import (
-    CLIENT_ID_TAKEN_STATUS,
     ClientConnection,
     MetadataMachine,
     PartitionStats,
@@ -186,27 +160,19 @@ from broker.state.metadata_machine import (
 from broker.state.options import options_catalog
 from broker.state.partition_machine import purge_body, store_offset_body
 from broker.state.permissions import Action
-from broker.state.routing import PartitionRoute, route_offset, route_poll_target
-from consensus import ClientError, Message, ReplicaConfig
+from broker.state.routing import PartitionRoute
+from consensus import Message, ReplicaConfig
 from sdk import wire
 from sdk.wire import (
-    COMMANDS,
     CommandCode,
-    EvictionReason,
     Frame,
     IggyErrorCode,
     Operation,
     ProtocolError,
     RequestHeader,
     SnapshotSection,
-    build_eviction_frame,
-    build_reply_frame,
-    build_reply_frame_parts,
-    register_command_code,
     request_command_code,
-    validate_request_header,
 )
-from sdk.wire.codes import PROTOCOL_VERSION, PROTOCOL_VERSION_MIN, is_protocol_compatible
 
 if TYPE_CHECKING:
     from broker.runtime.connection import Connection
@@ -226,37 +192,12 @@ METADATA_CLIENTS_MAX: Final = SESSIONS_MAX
 """Client table entries of the metadata group: one per possible session."""
 PARTITION_CLIENTS_MAX: Final = 1024
 """Client table entries of a partition group (producers deduplicated per partition)."""
-RUNTIME_STATS_CODE: Final = 9000
-"""A non-replicated command code of ours: the per-group counters as JSON (Iggy lets a
-server decide about codes it does not define; the official SDK sends such codes through
-``send_binary_request``)."""
 SALT_SIZE_BYTES: Final = 16
 """Bytes of OS randomness drawn for each new password hash (on the node that proposes it)."""
 TOKEN_SIZE_BYTES: Final = 32
 """Bytes of OS randomness in a new personal access token (256 bits; 43 URL-safe base64
 characters on the wire, within a name's 255 bytes)."""
 TRANSPORT_TCP: Final = 1
-_OPTIONS_COMMANDS: Final = frozenset(
-    {
-        CommandCode.CREATE_USER,
-        CommandCode.UPDATE_USER,
-        CommandCode.CREATE_STREAM,
-        CommandCode.UPDATE_STREAM,
-        CommandCode.CREATE_TOPIC,
-        CommandCode.UPDATE_TOPIC,
-    }
-)
-"""Commands whose body ends in an options block that must fill it (``docs/protocol.md``)."""
-_ANSWERED_BAD_BODIES: Final = _OPTIONS_COMMANDS | {CommandCode.GET_SNAPSHOT_FILE}
-"""Commands whose undecodable body Iggy answers with INVALID_COMMAND, keeping the
-connection: a malformed options block, and a snapshot request's bad codes."""
-
-
-_Handler = Callable[
-    [ConnectionContext, RequestHeader, CommandCode, wire.RequestPayload, Frame],
-    Awaitable[Response],
-]
-"""How the node carries out one route of ``broker.core.commands.ROUTES``."""
 _NodeRead = Callable[[ConnectionContext, int, wire.RequestPayload], bytes]
 """A read of the node's own facts: (connection, session, request payload) to the body."""
 
@@ -291,7 +232,7 @@ class Node:
         }
         self._scopes: dict[int, trio.CancelScope] = {}
         self._balancer = Balancer()
-        self._handlers = self._route_handlers()
+        self._effects = self._effect_table()
         self._node_reads = self._node_read_table()
         self._nursery: trio.Nursery | None = None
         self.login_throttle = LoginThrottle()
@@ -672,11 +613,14 @@ class Node:
         finally:
             self._purges.finished(host.group_id)
 
-    def _auto_commit(
-        self, host: GroupHost, route: PartitionRoute, offset: int, user_id: int
+    def auto_commit(
+        self, group: CoreGroup, route: PartitionRoute, offset: int, user_id: int
     ) -> None:
         """Store ``offset`` for the consumer of ``route`` on behalf of ``user_id`` (the
         polling user, charged for a new stored offset as for a store it made itself)."""
+        host = self.groups.get(group.group_id)
+        if host is None:
+            return  # the partition went: its offsets went with it
         start = self._autocommits.add(host.group_id, route.consumer, (route, offset, user_id))
         if start:
             if self._nursery is None:
@@ -848,93 +792,140 @@ class Node:
         log.info(refusal_line(context.address, client, command, reason, left_out=left_out))
 
     async def _handle(self, context: ConnectionContext, frame: Frame) -> Response:
+        """Step the request's flow (``broker.core.handlers``), carrying out each effect
+        it waits on."""
+        flow = handle(self, context, frame)
+        result: Any = None
         try:
-            header = frame.request_header()
-        except ProtocolError:
-            client = int.from_bytes(bytes(frame.data[128:144]), "little")
-            return _evict(client, EvictionReason.INVALID_REQUEST_OPERATION, "bad request header")
-        try:
-            validate_request_header(header)
-        except ProtocolError as error:
-            return _protocol_failure(header, error)
-        verdict = judge_code(header.operation, header.code, logged_in=context.bound_session != 0)
-        if isinstance(verdict, CodeEvicted):
-            return _evict(header.client, verdict.reason, verdict.why)
-        if isinstance(verdict, CodeAnswered):
-            return _status(header, verdict.status, refusal=verdict.refusal)
-        if header.operation is Operation.NON_REPLICATED and header.code == RUNTIME_STATS_CODE:
-            return await self._runtime_stats(context, header)
-        try:
-            code = request_command_code(header)
-        except ProtocolError as error:
-            return _status(header, int(error.code))
-        log.debug("request %d from %x: %s", header.request, header.client, code.name)
-        route = ROUTES.get(code)
-        if route is None:
-            return _status(header, IggyErrorCode.INVALID_COMMAND)
-        if route is Route.PING:
-            return _reply(header)
-        if route is Route.LOGIN:
-            code = register_command_code(frame.body)  # a password or a token login
-        try:
-            payload = COMMANDS[code].decode_request(frame.body)
-        except ProtocolError as error:
-            if route is Route.LOGIN:
-                return _evict(header.client, EvictionReason.MALFORMED_LOGIN)
-            if error.code is IggyErrorCode.INVALID_COMMAND and code in _ANSWERED_BAD_BODIES:
-                # A malformed options block (trailing bytes read as options), or a short
-                # snapshot request: Iggy answers it as a business error and keeps the
-                # connection.
-                return _status(header, int(error.code), refusal=f"bad body: {error.reason}")
-            return _protocol_failure(header, error)
-        if not stamped_checksum_valid(header.request_checksum, frame.body):
-            return _status(
-                header,
-                IggyErrorCode.INVALID_FORMAT,
-                refusal="the stamped request_checksum does not match the body",
-            )
-        if route is Route.LOGIN:
-            assert isinstance(payload, wire.LoginRegister | wire.LoginRegisterWithPat)
-            return await self._login(context, header, payload, frame)
-        failure = await self._check_session(context, header)
-        if failure is not None:
-            return failure
-        # Read your writes: a backup answers (and checks a write against) local state only
-        # once it has applied the metadata ops this connection saw committed.
-        seen = context.must_see(METADATA_GROUP)
-        if self.metadata.applied_op < seen:
-            await self._catch_up(self.metadata, seen)
-        try:
-            return await self._handlers[route](context, header, code, payload, frame)
-        except StateError as error:
-            return _status(header, int(error.code))
+            while True:
+                effect = flow.send(result)
+                result = await self._effects[type(effect)](effect)
+        except StopIteration as stop:
+            response: Response = stop.value
+            return response
 
-    async def _check_session(
-        self, context: ConnectionContext, header: RequestHeader
-    ) -> Response | None:
-        """Carry out ``broker.core.sessions.check_session``: None to go on, or the answer."""
-        verdict = check_session(context, header.session, header.client, self._metadata_view())
-        if isinstance(verdict, SessionWait):
-            await self._catch_up(self.metadata, verdict.op)
-            view = self._metadata_view()
-            verdict = check_session(context, header.session, header.client, view, waited=True)
-        if isinstance(verdict, SessionRefused):
-            if verdict.status == IggyErrorCode.TRANSIENT_NOT_ACCEPTED:
-                return self._refused(header, verdict.status)
-            return _status(header, verdict.status, refusal=verdict.refusal)
-        if isinstance(verdict, SessionEvicted):
-            return _evict(header.client, verdict.reason, verdict.why)
-        assert isinstance(verdict, SessionOk)
-        context.client_id = header.client
-        return None
+    def _effect_table(self) -> dict[type, Callable[[Any], Awaitable[Any]]]:
+        """How this node carries out every effect a flow yields."""
+        return {
+            Submit: self._do_submit,
+            CatchUp: self._do_catch_up,
+            ReadBarrier: self._do_read_barrier,
+            PasswordLogin: self._do_password_login,
+            VerifyPassword: self._do_verify_password,
+            HashPassword: self._do_hash_password,
+        }
 
-    def _metadata_view(self) -> MetadataView:
+    async def _do_submit(self, effect: Submit) -> Outcome:
+        host = self.groups.get(effect.group_id)
+        if host is None:
+            return Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)  # it went since admitted
+        return await submit_and_wait(
+            host,
+            effect.client_id,
+            effect.session,
+            effect.request,
+            effect.operation,
+            effect.body,
+            effect.checksum,
+        )
+
+    async def _do_catch_up(self, effect: CatchUp) -> None:
+        host = self.groups.get(effect.group_id)
+        if host is not None:
+            await self._catch_up(host, effect.op)
+
+    async def _do_read_barrier(self, effect: ReadBarrier) -> bool:
+        host = self.groups.get(effect.group_id)
+        if host is None:
+            return False
+        await host.opened.wait()
+        if not await self._read_barrier(host, effect.op, fresh=effect.fresh):
+            return False
+        if effect.journal:
+            await host.wait_journal_readable()
+        return True
+
+    async def _do_password_login(self, effect: PasswordLogin) -> UserInfo | LoginsBusy | None:
+        """Within the host's turn: wait out its failure delay, then check the password
+        (scrypt, tens of milliseconds, off the event loop)."""
+        throttle = self.login_throttle
+        host = effect.host
+        failing = throttle.delay_s(host, trio.current_time()) > 0
+        waiting_max = HOST_LOGINS_WAITING_MAX if failing else None
+        try:
+            async with self._password_turns.turn(host, waiting_max=waiting_max):
+                delay = throttle.delay_s(host, trio.current_time())
+                if delay > 0:
+                    await trio.sleep(delay)  # this host failed to log in several times lately
+                user = login_user(self._state(), effect.username)
+                if user is None or not await self._check_password(user.password, effect.password):
+                    throttle.failed(host, trio.current_time())
+                    return None
+                return user
+        except TurnsBusy:
+            return LOGINS_BUSY
+
+    async def _do_verify_password(self, effect: VerifyPassword) -> bool:
+        return await self._check_password(effect.stored, effect.password)
+
+    async def _do_hash_password(self, effect: HashPassword) -> PasswordHash:
+        return await self._hash_new_password(effect.password)
+
+    # -- what the flows read of this node (``broker.core.handlers.Node``) ------------------
+
+    @property
+    def balancer(self) -> Balancer:
+        return self._balancer
+
+    @property
+    def partitions_max(self) -> int | None:
+        return PARTITION_DESCRIPTORS.partitions_max
+
+    def metadata_machine(self) -> MetadataMachine | None:
+        return self.metadata.metadata
+
+    def metadata_view(self) -> MetadataView:
         metadata = self.metadata
         machine = metadata.metadata
         assert machine is not None
         return MetadataView(
             metadata.applied_op, metadata.known_op, metadata.is_primary, machine.state.session
         )
+
+    def partition(self, route: PartitionRoute) -> GroupHost:
+        host = self.partitions.get((route.stream_id, route.topic_id, route.partition_id))
+        if host is None:
+            # Committed metadata names it but its group is still opening here.
+            raise StateError(ErrorCode.PARTITION_NOT_FOUND, "partition group not open yet")
+        return host
+
+    def cluster_nodes(self) -> tuple[wire.ClusterNode, ...]:
+        return self.cluster_metadata().nodes
+
+    def now_us(self) -> int:
+        return now_us()
+
+    def draw_token(self) -> str:
+        return secrets.token_urlsafe(TOKEN_SIZE_BYTES)
+
+    def login_failed(self, host: str) -> None:
+        self.login_throttle.failed(host, trio.current_time())
+
+    def login_succeeded(self, host: str) -> None:
+        self.login_throttle.succeeded(host)
+
+    def session_admitted(self, context: ConnectionContext, header: RequestHeader) -> None:
+        del context, header  # only the simulator's observers look
+
+    def node_read(
+        self, context: ConnectionContext, code: CommandCode, session: int, payload: Any
+    ) -> bytes:
+        """A read of this node's own facts (``_node_reads``)."""
+        return self._node_reads[code](context, session, payload)
+
+    def runtime_stats(self) -> bytes:
+        report = self.runtime_report()
+        return json.dumps({"node": report.node, "groups": report.groups}).encode()
 
     async def _catch_up(self, host: GroupHost, op: int) -> None:
         """Wait (bounded) until ``host`` has applied ``op``. A backup that has not asks the
@@ -996,420 +987,6 @@ class Node:
     def _scrypt_n(self) -> int:
         return 1 << self.config.password_hash_cost_log2
 
-    async def _login(
-        self,
-        context: ConnectionContext,
-        header: RequestHeader,
-        login: wire.LoginRegister | wire.LoginRegisterWithPat,
-        frame: Frame,
-    ) -> Response:
-        if not is_protocol_compatible(login.protocol_version):
-            return Response(
-                [
-                    build_eviction_frame(
-                        header.client,
-                        EvictionReason.INCOMPATIBLE_PROTOCOL,
-                        server_protocol_version=PROTOCOL_VERSION,
-                        server_protocol_version_min=PROTOCOL_VERSION_MIN,
-                    )
-                ],
-                close=True,
-            )
-        machine = self.metadata.metadata
-        if machine is None:
-            return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
-        if not machine.state.users():
-            # A new cluster whose root user is not committed yet: try again shortly.
-            return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
-        host = context.address.rpartition(":")[0]
-        throttle = self.login_throttle
-        if isinstance(login, wire.LoginRegisterWithPat):
-            user_or_refusal = self._token_check(header, login.token, machine, host)
-        else:
-            failing = throttle.delay_s(host, trio.current_time()) > 0
-            waiting_max = HOST_LOGINS_WAITING_MAX if failing else None
-            try:
-                async with self._password_turns.turn(host, waiting_max=waiting_max):
-                    user_or_refusal = await self._login_check(header, login, machine, host)
-            except TurnsBusy:
-                response = self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
-                refusal = "too many logins from this address wait for their password check"
-                return Response(response.parts, refusal=refusal)
-            if isinstance(user_or_refusal, Response):
-                # As Iggy's server: a body that also reads as a token login (a token body
-                # with bytes appended) is tried as one once its password shape failed.
-                try:
-                    token_login = COMMANDS[CommandCode.LOGIN_REGISTER_WITH_PAT].decode_request(
-                        frame.body
-                    )
-                except ProtocolError:
-                    return user_or_refusal
-                assert isinstance(token_login, wire.LoginRegisterWithPat)
-                user_or_refusal = self._token_check(header, token_login.token, machine, host)
-        if isinstance(user_or_refusal, Response):
-            return user_or_refusal
-        user = user_or_refusal
-        throttle.succeeded(host)
-        if user.status != UserStatus.ACTIVE:
-            return _evict(header.client, EvictionReason.USER_INACTIVE)
-        held = machine.state.session_of_client(header.client)
-        if held is not None and held.user_id != user.id:
-            # A client id is its user's: another user's login never takes it over.
-            return _evict(
-                header.client, EvictionReason.SESSION_ERROR, "the client id is another user's"
-            )
-        known_before = self.metadata.known_op
-        outcome = await self._submit(
-            self.metadata,
-            header,
-            register_checksum(user.id),
-            *encode_command(Register(header.client, user.id)),
-        )
-        if isinstance(outcome, Replied):
-            try:
-                wire.split_result(Operation.REGISTER, outcome.body)
-            except wire.ServerRejected as rejected:
-                reason = (
-                    EvictionReason.USER_INACTIVE
-                    if rejected.code == ErrorCode.USER_INACTIVE
-                    else EvictionReason.INVALID_CREDENTIALS
-                )
-                return _evict(header.client, reason)
-            # A login that repeated the register of a live session joins it, and the
-            # connection that opened it ends it when it closes, not this one.
-            logged_in(context, header.client, outcome.op, known_before=known_before)
-        elif isinstance(outcome, Refused) and outcome.status == CLIENT_ID_TAKEN_STATUS:
-            return _evict(
-                header.client, EvictionReason.SESSION_ERROR, "the client id is another user's"
-            )
-        return self._answer(context, self.metadata, header, outcome)
-
-    async def _login_check(
-        self,
-        header: RequestHeader,
-        login: wire.LoginRegister,
-        machine: MetadataMachine,
-        host: str,
-    ) -> UserInfo | Response:
-        """Within ``host``'s turn: wait out its failure delay, then check the password
-        (scrypt, tens of milliseconds, off the event loop); the user, or the eviction."""
-        throttle = self.login_throttle
-        delay = throttle.delay_s(host, trio.current_time())
-        if delay > 0:
-            await trio.sleep(delay)  # this host failed to log in several times lately
-        try:
-            user = machine.state.user(login.username)
-        except StateError:
-            throttle.failed(host, trio.current_time())
-            return _evict(header.client, EvictionReason.INVALID_CREDENTIALS)
-        if not await self._check_password(user.password, login.password):
-            throttle.failed(host, trio.current_time())
-            return _evict(header.client, EvictionReason.INVALID_CREDENTIALS)
-        return user
-
-    def _token_check(
-        self, header: RequestHeader, token: str, machine: MetadataMachine, host: str
-    ) -> UserInfo | Response:
-        """A token login judged on committed metadata at this node's clock: the token's
-        user, or Iggy's eviction (InvalidToken for an unknown or expired token). A hash
-        lookup, no scrypt: a 256-bit token is not guessed, so no turn is taken, but a
-        failure still counts against the host as a failed password does."""
-        try:
-            register = authenticate_token(machine.state, header.client, token, now_us())
-        except StateError as error:
-            if error.code is ErrorCode.USER_INACTIVE:
-                return _evict(header.client, EvictionReason.USER_INACTIVE)
-            self.login_throttle.failed(host, trio.current_time())
-            return _evict(header.client, EvictionReason.INVALID_TOKEN)
-        return machine.state.user(register.user_id)
-
-    async def _submit(
-        self,
-        host: GroupHost,
-        header: RequestHeader,
-        checksum: bytes,
-        operation: int,
-        body: bytes,
-    ) -> Outcome:
-        """Submit a request to ``host`` under the client's identity: its id, number and
-        ``checksum`` (``broker.core.identity``), whatever ``body`` the node built."""
-        return await submit_and_wait(
-            host,
-            header.client,
-            header.session if header.operation is not Operation.REGISTER else 0,
-            header.request,
-            operation,
-            body,
-            checksum,
-        )
-
-    def _answer(
-        self, context: ConnectionContext, host: GroupHost, header: RequestHeader, outcome: Outcome
-    ) -> Response:
-        if isinstance(outcome, Replied):
-            context.saw(host.group_id, outcome.op)
-            # The primary that committed it, which is not this node when a backup
-            # forwarded the request: the client sends its next write there.
-            return Response(
-                [
-                    build_reply_frame(
-                        header,
-                        outcome.body,
-                        op=outcome.op,
-                        commit=outcome.commit,
-                        view=outcome.view & 0xFFFF_FFFF,
-                        replica=self._primary_of(host, outcome.view),
-                    )
-                ]
-            )
-        if isinstance(outcome, Refused):
-            if outcome.status == REQUEST_MISMATCH_STATUS:
-                refusal = f"request {header.request} was already used by another request"
-                return _status(header, outcome.status, refusal=refusal)
-            return self._refused(header, outcome.status, host)
-        assert isinstance(outcome, SessionLost)
-        reason = (
-            EvictionReason.NO_SESSION
-            if outcome.error is ClientError.NO_SESSION
-            else EvictionReason.SESSION_ERROR
-        )
-        return _evict(header.client, reason)
-
-    def _primary_of(self, host: GroupHost, view: int) -> int:
-        """The replica index of ``host``'s group's primary in ``view``, as
-        ``consensus.Replica.primary_index`` computes it."""
-        return (view + host.group_id) % self.replica_count
-
-    def _refused(
-        self, header: RequestHeader, status: int, host: GroupHost | None = None
-    ) -> Response:
-        """A status reply naming the current view of ``host``'s group here (the metadata
-        group's when the request names no partition) and that view's primary, so a client
-        told 58 can route again. During a view change it is the view being started."""
-        host = self.metadata if host is None else host
-        replica = host.replica
-        view = 0 if replica is None else replica.view
-        return _status(header, status, view=view, replica=self._primary_of(host, view))
-
-    def _route_handlers(self) -> dict[Route, _Handler]:
-        """The handler of every route of ``broker.core.commands.ROUTES`` but PING and the
-        login, which ``_handle`` answers before the session check."""
-        return {
-            Route.METADATA_WRITE: self._metadata_write,
-            Route.LOGOUT: self._metadata_write,
-            Route.CREATE_USER: self._create_user,
-            Route.CHANGE_PASSWORD: self._change_password,
-            Route.CREATE_TOKEN: self._create_token,
-            Route.SEND: self._send,
-            Route.OFFSET_WRITE: self._offset_write,
-            Route.ATTACH: self._attach,
-            Route.ROUTING: self._route,
-            Route.POLL: self._poll,
-            Route.OFFSET_READ: self._offset_read,
-            Route.METADATA_READ: self._metadata_read,
-            Route.NODE_READ: self._node_read,
-        }
-
-    # -- writes -------------------------------------------------------------------------------
-
-    async def _metadata_write(
-        self,
-        context: ConnectionContext,
-        header: RequestHeader,
-        code: CommandCode,
-        payload: wire.RequestPayload,
-        frame: Frame,
-    ) -> Response:
-        write = admit_metadata_write(
-            self._state(), code, payload, header.session, PARTITION_DESCRIPTORS.partitions_max
-        )
-        checksum = request_checksum(code, payload, frame.body)
-        if isinstance(write, Denied):
-            # A retry of a committed request gets its committed reply, not the refusal
-            # the state it changed now earns (``committed_retry``).
-            replica = self.metadata.replica
-            cached = None
-            if replica is not None:
-                table = replica.client_table
-                cached = committed_retry(
-                    table, header.client, header.session, header.request, write, checksum
-                )
-            if cached is None or replica is None:
-                return _status(header, write.status, refusal=write.refusal)
-            replied = Replied(cached.op, replica.commit_max, replica.view, cached.reply)
-            return self._answer(context, self.metadata, header, replied)
-        outcome = await self._submit(self.metadata, header, checksum, write.operation, write.body)
-        if code is CommandCode.LOGOUT_USER and isinstance(outcome, Replied):
-            logged_out(context)
-        return self._answer(context, self.metadata, header, outcome)
-
-    async def _send(
-        self,
-        context: ConnectionContext,
-        header: RequestHeader,
-        code: CommandCode,
-        payload: wire.RequestPayload,
-        frame: Frame,
-    ) -> Response:
-        assert isinstance(payload, wire.SendMessages)
-        body = bytes(frame.body)
-        write = self._balancer.admit_send(self._state(), payload, body, header.session)
-        host = self._partition_host(write.route)
-        checksum = request_checksum(code, payload, frame.body)
-        outcome = await self._submit(host, header, checksum, write.operation, write.body)
-        return self._answer(context, host, header, outcome)
-
-    async def _offset_write(
-        self,
-        context: ConnectionContext,
-        header: RequestHeader,
-        code: CommandCode,
-        payload: wire.RequestPayload,
-        frame: Frame,
-    ) -> Response:
-        assert isinstance(payload, wire.StoreConsumerOffset | wire.DeleteConsumerOffset)
-        state = self._state()
-        acting = acting_session(context, state, header.session)
-        if acting is None:
-            return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
-        write = admit_offset_write(state, code, payload, acting)
-        host = self._partition_host(write.route)
-        checksum = request_checksum(code, payload, frame.body)
-        outcome = await self._submit(host, header, checksum, write.operation, write.body)
-        return self._answer(context, host, header, outcome)
-
-    # -- users --------------------------------------------------------------------------------
-
-    async def _create_user(
-        self,
-        context: ConnectionContext,
-        header: RequestHeader,
-        code: CommandCode,
-        request: wire.RequestPayload,
-        frame: Frame,
-    ) -> Response:
-        """Hash the new password here (the node that proposes) with a fresh salt; only the
-        hash enters the command, the log and every replica."""
-        assert isinstance(request, wire.CreateUser)
-        checksum = request_checksum(code, request, frame.body)
-        state = self._state()
-        denied = state.permits(header.session, Action.MANAGE_USERS)
-        if denied is not None:
-            return _status(header, int(denied))
-        check_username(request.username)  # before the hash: refusals cost no scrypt
-        check_password(request.password)
-        digest = await self._hash_new_password(request.password)
-        write = admit_command(state, create_user_command(request, digest), header.session)
-        if isinstance(write, Denied):
-            return _status(header, write.status, refusal=write.refusal)
-        outcome = await self._submit(self.metadata, header, checksum, write.operation, write.body)
-        return self._answer(context, self.metadata, header, outcome)
-
-    async def _change_password(
-        self,
-        context: ConnectionContext,
-        header: RequestHeader,
-        code: CommandCode,
-        request: wire.RequestPayload,
-        frame: Frame,
-    ) -> Response:
-        """One's own password, or anyone's with ``manage_users``; the current password is
-        verified against the committed hash, the new one hashed with a fresh salt."""
-        assert isinstance(request, wire.ChangePassword)
-        checksum = request_checksum(code, request, frame.body)
-        state = self._state()
-        target = state.user(request.user_id.value)
-        actor = state.session(header.session)
-        if target.id != actor.user_id:
-            denied = state.permits(header.session, Action.MANAGE_USERS)
-            if denied is not None:
-                return _status(header, int(denied))
-        valid = await self._check_password(target.password, request.current_password)
-        if not valid:
-            return _status(header, IggyErrorCode.INVALID_CREDENTIALS)
-        check_password(request.new_password)
-        digest = await self._hash_new_password(request.new_password)
-        write = admit_command(state, change_password_command(request, digest), header.session)
-        if isinstance(write, Denied):
-            return _status(header, write.status, refusal=write.refusal)
-        outcome = await self._submit(self.metadata, header, checksum, write.operation, write.body)
-        return self._answer(context, self.metadata, header, outcome)
-
-    async def _create_token(
-        self,
-        context: ConnectionContext,
-        header: RequestHeader,
-        code: CommandCode,
-        request: wire.RequestPayload,
-        frame: Frame,
-    ) -> Response:
-        """Draw a token here from the OS, propose its hash, and give the client the raw
-        token in the committed reply (``broker.core.commands.token_reply``)."""
-        assert isinstance(request, wire.CreatePersonalAccessToken)
-        checksum = request_checksum(code, request, frame.body)
-        token = secrets.token_urlsafe(TOKEN_SIZE_BYTES)
-        admitted = admit_create_token(self._state(), request, token, header.session)
-        if isinstance(admitted, Denied):
-            return _status(header, admitted.status, refusal=admitted.refusal)
-        write = admitted.write
-        outcome = await self._submit(self.metadata, header, checksum, write.operation, write.body)
-        if isinstance(outcome, Replied):
-            body = token_reply(outcome.body, admitted.token_hash, token)
-            outcome = Replied(outcome.op, outcome.commit, outcome.view, body)
-        return self._answer(context, self.metadata, header, outcome)
-
-    # -- auto-commit polls and offset writes in a cluster ------------------------------------
-
-    async def _route(
-        self,
-        context: ConnectionContext,
-        header: RequestHeader,
-        code: CommandCode,
-        request: wire.RequestPayload,
-        frame: Frame,
-    ) -> Response:
-        """Where an auto-commit poll (103) or an offset write (123) must go: the partition
-        group's primary, and the attachment the client presents there."""
-        assert isinstance(request, wire.PollMessages | wire.GetConsumerOffset)
-        state = self._state()
-        if isinstance(request, wire.PollMessages):
-            route = route_poll_target(state, request, header.session)
-        else:
-            route = route_offset(state, request, header.session)
-        host = self._partition_host(route)
-        primary = host.primary_index
-        nodes = self.cluster_metadata().nodes
-        if primary is None or primary >= len(nodes):
-            return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
-        attachment = wire.ConsumerSessionAttachment(
-            header.client, header.session, self.metadata.applied_op
-        )
-        body = wire.PollRoute(attachment, nodes[primary]).encode()
-        return _reply(header, body, replica=self.replica_index)
-
-    async def _attach(
-        self,
-        context: ConnectionContext,
-        header: RequestHeader,
-        code: CommandCode,
-        attachment: wire.RequestPayload,
-        frame: Frame,
-    ) -> Response:
-        """Let this connection act for a session of the same user (its coordinator's),
-        once this node has applied the metadata the coordinator routed with."""
-        assert isinstance(attachment, wire.ConsumerSessionAttachment)
-        await self._catch_up(self.metadata, attachment.metadata_op)
-        if self.metadata.applied_op < attachment.metadata_op:
-            return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
-        state = self._state()
-        attached = attachment_for(
-            state.session(header.session), state.session, attachment.session, attachment.client_id
-        )
-        if attached is None:
-            return _status(header, IggyErrorCode.UNAUTHORIZED)
-        context.attached_session = attached
-        return _reply(header, replica=self.replica_index)
-
     def _client_connections(self) -> list[ClientConnection]:
         """This node's open client connections (Iggy's answer is node-local too), in
         address order."""
@@ -1429,106 +1006,6 @@ class Node:
 
     def _state(self) -> MetadataState:
         return self._machine().state
-
-    def _partition_host(self, route: PartitionRoute) -> GroupHost:
-        host = self.partitions.get((route.stream_id, route.topic_id, route.partition_id))
-        if host is None:
-            # Committed metadata names it but its group is still opening here.
-            raise StateError(ErrorCode.PARTITION_NOT_FOUND, "partition group not open yet")
-        return host
-
-    # -- reads ------------------------------------------------------------------------------
-
-    async def _poll(
-        self,
-        context: ConnectionContext,
-        header: RequestHeader,
-        code: CommandCode,
-        payload: wire.RequestPayload,
-        frame: Frame,
-    ) -> Response:
-        """Messages from the partition's committed state, behind the read barrier; a poll
-        routed here (POLL_PRIMARY) acts for the attached session and needs the primary."""
-        assert isinstance(payload, wire.PollMessages)
-        state = self._state()
-        session = header.session
-        if code is CommandCode.POLL_PRIMARY:
-            acting = acting_session(context, state, session)
-            if acting is None:
-                return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
-            session = acting
-        admitted = admit_poll(state, payload, session)
-        if isinstance(admitted, Resync):
-            return Response(build_reply_frame_parts(header, resync_reply()))
-        route = admitted.route
-        host = self._partition_host(route)
-        if code is CommandCode.POLL_PRIMARY and not host.is_primary:
-            # Routed here by a stale route: the client asks for the route again.
-            return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
-        await host.opened.wait()
-        fresh = payload.strategy.kind is wire.PollingKind.NEXT
-        seen = context.must_see(host.group_id)
-        if not await self._read_barrier(host, seen, fresh=fresh):
-            # Restarted or in a view change: its state may lack acknowledged ops.
-            return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
-        await host.wait_journal_readable()
-        if host.replica is not None and not host.replica.log_whole:
-            # Committed messages are missing here until repaired from a peer (after a
-            # restart found them damaged): the client reads from the primary instead.
-            return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
-        partition_machine = host.partition_machine
-        assert partition_machine is not None and route.consumer is not None
-        parts, store = partition_machine.poll(payload, route.consumer)
-        if store is not None:
-            self._auto_commit(host, route, store, admitted.user_id)
-        return Response(build_reply_frame_parts(header, parts, replica=self.replica_index))
-
-    async def _offset_read(
-        self,
-        context: ConnectionContext,
-        header: RequestHeader,
-        code: CommandCode,
-        payload: wire.RequestPayload,
-        frame: Frame,
-    ) -> Response:
-        """A stored consumer offset, behind a fresh read barrier (it may have been stored
-        through another node)."""
-        assert isinstance(payload, wire.GetConsumerOffset)
-        route = route_offset(self._state(), payload, header.session)
-        host = self._partition_host(route)
-        await host.opened.wait()
-        seen = context.must_see(host.group_id)
-        if not await self._read_barrier(host, seen, fresh=True):
-            return self._refused(header, IggyErrorCode.TRANSIENT_NOT_ACCEPTED, host)
-        partition_machine = host.partition_machine
-        assert partition_machine is not None and route.consumer is not None
-        body = partition_machine.get_consumer_offset(route.consumer)
-        return _reply(header, body, replica=self.replica_index)
-
-    async def _metadata_read(
-        self,
-        context: ConnectionContext,
-        header: RequestHeader,
-        code: CommandCode,
-        payload: wire.RequestPayload,
-        frame: Frame,
-    ) -> Response:
-        machine = self.metadata.metadata
-        assert machine is not None
-        body = METADATA_READS[code](machine, payload, header.session, self.partition_stats)
-        return _reply(header, body, replica=self.replica_index)
-
-    async def _node_read(
-        self,
-        context: ConnectionContext,
-        header: RequestHeader,
-        code: CommandCode,
-        payload: wire.RequestPayload,
-        frame: Frame,
-    ) -> Response:
-        """A read of this node's own facts (``_node_reads``)."""
-        body = self._node_reads[code](context, header.session, payload)
-        return _reply(header, body, replica=self.replica_index)
 
     def _node_read_table(self) -> dict[CommandCode, _NodeRead]:
         """The read of every command on ``Route.NODE_READ``."""
@@ -1617,17 +1094,6 @@ class Node:
     def _server_config(self) -> str:
         """The node's effective settings as JSON; secrets are masked by pydantic."""
         return self.config.model_dump_json(indent=2) + "\n"
-
-    async def _runtime_stats(self, context: ConnectionContext, header: RequestHeader) -> Response:
-        failure = await self._check_session(context, header)
-        if failure is not None:
-            return failure
-        denied = self._state().permits(header.session, Action.READ_SERVERS)
-        if denied is not None:
-            return _status(header, int(denied))
-        report = self.runtime_report()
-        body = json.dumps({"node": report.node, "groups": report.groups}).encode()
-        return _reply(header, body, replica=self.replica_index)
 
 
 # -- the ticker -------------------------------------------------------------------------------
@@ -1738,55 +1204,6 @@ async def submit_and_wait(
         )
         return Refused(status)
     return waiter.outcome
-
-
-# -- replies ----------------------------------------------------------------------------------
-
-
-def _reply(header: RequestHeader, body: bytes = b"", *, replica: int = 0) -> Response:
-    return Response([build_reply_frame(header, body, replica=replica)])
-
-
-def _status(
-    header: RequestHeader,
-    status: int,
-    *,
-    view: int = 0,
-    replica: int = 0,
-    refusal: str = "",
-) -> Response:
-    """A status reply; ``refusal`` (the reason) when an operator should see it."""
-    log.debug(
-        "request %d (operation %s, code %d): status %d",
-        header.request,
-        header.operation.name,
-        header.code,
-        int(status),
-    )
-    frame = build_reply_frame(header, status=int(status), view=view & 0xFFFF_FFFF, replica=replica)
-    reason = f"status {int(status)}, {refusal}" if refusal else ""
-    return Response([frame], refusal=reason)
-
-
-def _evict(client: int, reason: EvictionReason, detail: str = "") -> Response:
-    why = f" ({detail})" if detail else ""
-    return Response(
-        [build_eviction_frame(client, reason)],
-        close=True,
-        refusal=f"evicted with {reason.name}{why}, connection closed",
-    )
-
-
-def _protocol_failure(header: RequestHeader, error: ProtocolError) -> Response:
-    """A malformed request costs its sender the connection: an eviction when the error
-    names a reason, else the error code in a reply, then the connection is closed."""
-    if error.eviction is not None:
-        return _evict(header.client, error.eviction, error.reason)
-    return Response(
-        [build_reply_frame(header, status=int(error.code))],
-        close=True,
-        refusal=f"invalid request, status {int(error.code)} ({error.reason}), connection closed",
-    )
 
 
 def _command_name(frame: Frame) -> str:

@@ -28,7 +28,7 @@ from broker.cli.cluster import (
     stop_processes,
     wait_ready,
 )
-from broker.runtime.node import RUNTIME_STATS_CODE
+from broker.core.handlers import RUNTIME_STATS_CODE
 from sdk import wire
 from tests.runtime.processes import ROOT_PASSWORD, free_port
 from tests.wire_client import WireClient
