@@ -53,7 +53,7 @@ import json
 import random
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias, TypeVar
 
 from sdk._cluster import METADATA, Cluster, PartitionGroup, RouteKey
@@ -90,6 +90,7 @@ from sdk.wire import (
     RUNTIME_STATS_CODE,
     AckLevel,
     Balanced,
+    ChangePassword,
     ClientInfo,
     ClientInfoDetails,
     ClientRef,
@@ -103,9 +104,12 @@ from sdk.wire import (
     ConsumerGroups,
     ConsumerOffsetInfo,
     CreateConsumerGroup,
+    CreatePersonalAccessToken,
     CreateStream,
     CreateTopic,
+    CreateUser,
     DeleteConsumerOffset,
+    DeleteSegments,
     DescribeOptions,
     Empty,
     EvictionReason,
@@ -116,6 +120,7 @@ from sdk.wire import (
     IggyErrorCode,
     LoginRegister,
     LoginRegisterReply,
+    LoginRegisterWithPat,
     MessagesKey,
     Operation,
     OptionDescriptor,
@@ -125,10 +130,15 @@ from sdk.wire import (
     PartitionId,
     PartitionInfo,
     PartitionsChange,
+    Permissions,
+    PersonalAccessTokenInfo,
+    PersonalAccessTokenRef,
+    PersonalAccessTokens,
     PollingStrategy,
     PollMessages,
     PollMessagesReply,
     ProtocolError,
+    RawPersonalAccessToken,
     ReplyHeader,
     ReplyPayload,
     RequestHeader,
@@ -147,8 +157,15 @@ from sdk.wire import (
     TopicInfo,
     TopicRef,
     Topics,
+    UpdatePermissions,
     UpdateStream,
     UpdateTopic,
+    UpdateUser,
+    UserDetails,
+    UserInfo,
+    UserRef,
+    Users,
+    UserStatus,
     build_request_frame,
     build_send_messages,
     operation_for_code,
@@ -367,6 +384,28 @@ def _expect(value: object, kind: type[_T]) -> _T:
     return value
 
 
+# --- credentials ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PasswordCredentials:
+    """A login with a username and a password (LOGIN_REGISTER, 40)."""
+
+    username: str
+    password: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCredentials:
+    """A login with a personal access token (LOGIN_REGISTER_WITH_PAT, 45)."""
+
+    token: str = field(repr=False)
+
+
+Credentials: TypeAlias = PasswordCredentials | TokenCredentials
+"""What the core logs in (and in again) with; neither kind shows its secret in a repr."""
+
+
 # --- the core --------------------------------------------------------------------------
 
 
@@ -401,9 +440,9 @@ class ClientCore:
         self._rng = rng
         self._clock = clock
         self._wall_clock_us = wall_clock_us
-        self._credentials: tuple[str, str] | None = None
+        self._credentials: Credentials | None = None
         if config.username is not None and config.password is not None:
-            self._credentials = (config.username, config.password)
+            self._credentials = PasswordCredentials(config.username, config.password)
         self._partition_counts: OrderedDict[tuple[object, object], int] = OrderedDict()
         self._balanced_next: dict[tuple[object, object], int] = {}
         self._assignments: OrderedDict[tuple[object, object, object], list[int]] = OrderedDict()
@@ -426,6 +465,11 @@ class ClientCore:
     def has_credentials(self) -> bool:
         """Whether the core can log in (again) on its own."""
         return self._credentials is not None
+
+    @property
+    def credentials(self) -> Credentials | None:
+        """What the core logs in with (``None`` until a login or the settings give it)."""
+        return self._credentials
 
     # --- the engine --------------------------------------------------------------------
 
@@ -520,7 +564,7 @@ class ClientCore:
             now = self._clock()
             if now >= deadline or attempts >= ATTEMPTS_MAX:
                 raise self._give_up(last, uncertain=uncertain, reached=reached)
-            if route == METADATA and self.cluster.stale and code is not CommandCode.LOGIN_REGISTER:
+            if route == METADATA and self.cluster.stale and operation is not Operation.REGISTER:
                 yield from self._refresh_roster(min(deadline, now + config.request_timeout_s))
                 now = self._clock()
             address = self.cluster.choose(self.cluster.preferred(route), tried, now)
@@ -724,15 +768,21 @@ class ClientCore:
             outcome_unknown=True,
         )
 
-    def _login_payload(self) -> LoginRegister:
-        """The LOGIN_REGISTER payload of our credentials."""
-        assert self._credentials is not None
-        username, password = self._credentials
-        return LoginRegister(
-            username,
-            password,
-            sdk_name=self.config.sdk_name,
-            sdk_version=self.config.sdk_version,
+    def _login_payload(self) -> tuple[CommandCode, LoginRegister | LoginRegisterWithPat]:
+        """The register command of our credentials and its payload: a password login
+        (40) or a token login (45), both carried as ``Operation.REGISTER``."""
+        credentials = self._credentials
+        assert credentials is not None
+        config = self.config
+        if isinstance(credentials, TokenCredentials):
+            return CommandCode.LOGIN_REGISTER_WITH_PAT, LoginRegisterWithPat(
+                credentials.token, sdk_name=config.sdk_name, sdk_version=config.sdk_version
+            )
+        return CommandCode.LOGIN_REGISTER, LoginRegister(
+            credentials.username,
+            credentials.password,
+            sdk_name=config.sdk_name,
+            sdk_version=config.sdk_version,
         )
 
     def _bind(self, address: NodeAddress, deadline: float) -> Step[int]:
@@ -742,13 +792,13 @@ class ClientCore:
         Raises:
             TransportError, ProtocolError, ServerRejected, SessionEvicted: as an exchange.
         """
-        payload = self._login_payload()
-        frame = _body(CommandCode.LOGIN_REGISTER, payload).frame(self.session.client_id, 0, 0)
+        code, payload = self._login_payload()
+        frame = _body(code, payload).frame(self.session.client_id, 0, 0)
         timeout = max(min(self.config.request_timeout_s, deadline - self._clock()), 0.001)
         reply = yield Exchange(address, frame, timeout, min(self.config.connect_timeout_s, timeout))
         assert reply is not None, "a driver answers an exchange with a frame"
         try:
-            _, answer = self._read(CommandCode.LOGIN_REGISTER, 0, Operation.REGISTER, reply)
+            _, answer = self._read(code, 0, Operation.REGISTER, reply)
         except _LoginRefused:
             raise ServerRejected(IggyErrorCode.INVALID_CREDENTIALS) from None
         login = _expect(answer, LoginRegisterReply)
@@ -757,12 +807,9 @@ class ClientCore:
         return login.session
 
     def _register(self, deadline: float | None = None) -> Step[LoginRegisterReply]:
-        payload = self._login_payload()
+        code, payload = self._login_payload()
         self.session.ensure_client_id(self._rng)
-        template = _body(CommandCode.LOGIN_REGISTER, payload)
-        answer = yield from self._call(
-            CommandCode.LOGIN_REGISTER, template, METADATA, deadline=deadline
-        )
+        answer = yield from self._call(code, _body(code, payload), METADATA, deadline=deadline)
         reply = _expect(answer.payload, LoginRegisterReply)
         self.session.session = reply.session
         self.session.user_id = reply.user_id
@@ -770,7 +817,18 @@ class ClientCore:
 
     def login(self, username: str, password: str) -> Step[LoginRegisterReply]:
         """Register a session (request 0) and, if discovery is on, learn the roster."""
-        self._credentials = (username, password)
+        return (yield from self.login_with(PasswordCredentials(username, password)))
+
+    def login_with_personal_access_token(self, token: str) -> Step[LoginRegisterReply]:
+        """Register a session with a personal access token (LOGIN_REGISTER_WITH_PAT, 45);
+        the session is the token owner's, with that user's permissions. A token the node
+        does not know (deleted, expired, made up) ends in an eviction, as in Iggy."""
+        return (yield from self.login_with(TokenCredentials(token)))
+
+    def login_with(self, credentials: Credentials) -> Step[LoginRegisterReply]:
+        """Register a session with ``credentials``, which the core keeps for the logins a
+        failover or a forgotten session needs; a refused login forgets them."""
+        self._credentials = credentials
         try:
             reply = yield from self._register()
         except IggyError:
@@ -861,6 +919,85 @@ class ClientCore:
         metadata = _expect(answer.payload, ClusterMetadata)
         self.cluster.update_roster(metadata, answer.address)
         return metadata
+
+    # --- users ---------------------------------------------------------------------------
+
+    def get_user(self, user: IdLike) -> Step[UserDetails | None]:
+        """GET_USER (``None`` when missing)."""
+        payload = yield from self._request(
+            CommandCode.GET_USER, UserRef(to_identifier(user)), METADATA
+        )
+        return None if payload is None else _expect(payload, UserDetails)
+
+    def get_users(self) -> Step[list[UserInfo]]:
+        """GET_USERS."""
+        payload = yield from self._request(CommandCode.GET_USERS, Empty(), METADATA)
+        return list(_expect(payload, Users).users)
+
+    def create_user(
+        self,
+        username: str,
+        password: str,
+        status: UserStatus = UserStatus.ACTIVE,
+        permissions: Permissions | None = None,
+    ) -> Step[UserDetails]:
+        """CREATE_USER."""
+        payload = yield from self._request(
+            CommandCode.CREATE_USER, CreateUser(username, password, status, permissions), METADATA
+        )
+        return _expect(payload, UserDetails)
+
+    def delete_user(self, user: IdLike) -> Step[None]:
+        """DELETE_USER (the user's sessions and tokens go with it)."""
+        yield from self._request(CommandCode.DELETE_USER, UserRef(to_identifier(user)), METADATA)
+
+    def update_user(
+        self, user: IdLike, username: str | None = None, status: UserStatus | None = None
+    ) -> Step[None]:
+        """UPDATE_USER (``None`` fields are left as they are)."""
+        yield from self._request(
+            CommandCode.UPDATE_USER, UpdateUser(to_identifier(user), username, status), METADATA
+        )
+
+    def update_permissions(self, user: IdLike, permissions: Permissions | None) -> Step[None]:
+        """UPDATE_PERMISSIONS (``None`` removes every permission)."""
+        yield from self._request(
+            CommandCode.UPDATE_PERMISSIONS,
+            UpdatePermissions(to_identifier(user), permissions),
+            METADATA,
+        )
+
+    def change_password(self, user: IdLike, current_password: str, new_password: str) -> Step[None]:
+        """CHANGE_PASSWORD."""
+        yield from self._request(
+            CommandCode.CHANGE_PASSWORD,
+            ChangePassword(to_identifier(user), current_password, new_password),
+            METADATA,
+        )
+
+    # --- personal access tokens ----------------------------------------------------------
+
+    def create_personal_access_token(self, name: str, expiry_us: int) -> Step[str]:
+        """CREATE_PERSONAL_ACCESS_TOKEN: the raw token, which the node sends only once."""
+        payload = yield from self._request(
+            CommandCode.CREATE_PERSONAL_ACCESS_TOKEN,
+            CreatePersonalAccessToken(name, expiry_us),
+            METADATA,
+        )
+        return _expect(payload, RawPersonalAccessToken).token
+
+    def get_personal_access_tokens(self) -> Step[list[PersonalAccessTokenInfo]]:
+        """GET_PERSONAL_ACCESS_TOKENS: the caller's tokens (names and expiries only)."""
+        payload = yield from self._request(
+            CommandCode.GET_PERSONAL_ACCESS_TOKENS, Empty(), METADATA
+        )
+        return list(_expect(payload, PersonalAccessTokens).tokens)
+
+    def delete_personal_access_token(self, name: str) -> Step[None]:
+        """DELETE_PERSONAL_ACCESS_TOKEN, one of the caller's by name."""
+        yield from self._request(
+            CommandCode.DELETE_PERSONAL_ACCESS_TOKEN, PersonalAccessTokenRef(name), METADATA
+        )
 
     # --- streams -------------------------------------------------------------------------
 
@@ -987,6 +1124,18 @@ class ClientCore:
         yield from self._request(
             CommandCode.DELETE_PARTITIONS, PartitionsChange(stream_id, topic_id, count), METADATA
         )
+
+    def delete_segments(
+        self, stream: IdLike, topic: IdLike, partition_id: int, segments_count: int
+    ) -> Step[None]:
+        """DELETE_SEGMENTS (503), under its bare code: it is not in the codec registry
+        (``sdk.wire.DeleteSegments``), so the reply is read as a status alone, and the
+        node's answer (today InvalidCommand: not served) reaches the caller as it is."""
+        body = DeleteSegments(
+            to_identifier(stream), to_identifier(topic), partition_id, segments_count
+        ).encode()
+        code = int(CommandCode.DELETE_SEGMENTS)
+        yield from self._call(code, _BodyTemplate(code, body), METADATA)
 
     def get_partitions(self, stream: IdLike, topic: IdLike) -> Step[list[PartitionInfo]]:
         """The topic's partitions (from GET_TOPIC)."""

@@ -63,6 +63,8 @@ from sdk.wire import (
     OptionDescriptor,
     OptionsScope,
     PartitionInfo,
+    Permissions,
+    PersonalAccessTokenInfo,
     PollingStrategy,
     ProtocolError,
     SendConfirmation,
@@ -71,7 +73,11 @@ from sdk.wire import (
     StreamInfo,
     TopicDetails,
     TopicInfo,
+    UserDetails,
+    UserInfo,
+    UserStatus,
 )
+from sdk.wire.tokens import EXPIRY_SERVER_DEFAULT
 
 if TYPE_CHECKING:
     from sdk.consumer import Consumer
@@ -244,9 +250,9 @@ class Client:
         """Reach a node (ping it) and, if the settings hold credentials, log in."""
         self._run(self._core.ping())
         if self._core.has_credentials and not self._core.session.logged_in:
-            username, password = self.config.username, self.config.password
-            assert username is not None and password is not None
-            self._run(self._core.login(username, password))
+            credentials = self._core.credentials
+            assert credentials is not None
+            self._run(self._core.login_with(credentials))
 
     def close(self) -> None:
         """Log out (best effort, bounded) and close every connection. Idempotent."""
@@ -280,6 +286,16 @@ class Client:
     def login_user(self, username: str, password: str) -> LoginRegisterReply:
         """Log in (see :meth:`sdk.client.AsyncClient.login_user`)."""
         return self._run(self._core.login(username, password))
+
+    def login_with_personal_access_token(self, token: str) -> LoginRegisterReply:
+        """Log in with a personal access token (LOGIN_REGISTER_WITH_PAT, 45) instead of a
+        username and password; the session is the token owner's, with that user's
+        permissions, and the client logs in with the token again where it needs to.
+
+        Raises:
+            InvalidCredentials: the node knows no such token (deleted, expired, made up).
+        """
+        return self._run(self._core.login_with_personal_access_token(token))
 
     def logout_user(self) -> None:
         """Log out; the client id, request counter and credentials are forgotten."""
@@ -319,6 +335,62 @@ class Client:
         """viewstream's own counters of the node that answers (see
         :meth:`sdk.client.AsyncClient.get_runtime_stats`)."""
         return self._run(self._core.get_runtime_stats())
+
+    # --- users ----------------------------------------------------------------------------
+
+    def get_user(self, user: IdLike) -> UserDetails | None:
+        """A user with its permissions, by id or username, or ``None``."""
+        return self._run(self._core.get_user(user))
+
+    def get_users(self) -> list[UserInfo]:
+        """Every user."""
+        return self._run(self._core.get_users())
+
+    def create_user(
+        self,
+        username: str,
+        password: str,
+        *,
+        status: UserStatus = UserStatus.ACTIVE,
+        permissions: Permissions | None = None,
+    ) -> UserDetails:
+        """Create a user (no permissions unless given)."""
+        return self._run(self._core.create_user(username, password, status, permissions))
+
+    def delete_user(self, user: IdLike) -> None:
+        """Delete a user; its sessions and personal access tokens end with it."""
+        self._run(self._core.delete_user(user))
+
+    def update_user(
+        self, user: IdLike, *, username: str | None = None, status: UserStatus | None = None
+    ) -> None:
+        """Rename a user and/or change its status (``None``: unchanged)."""
+        self._run(self._core.update_user(user, username, status))
+
+    def update_permissions(self, user: IdLike, permissions: Permissions | None) -> None:
+        """Replace a user's permissions (``None`` removes them all)."""
+        self._run(self._core.update_permissions(user, permissions))
+
+    def change_password(self, user: IdLike, current_password: str, new_password: str) -> None:
+        """Change a user's password."""
+        self._run(self._core.change_password(user, current_password, new_password))
+
+    # --- personal access tokens -------------------------------------------------------------
+
+    def create_personal_access_token(self, name: str, *, expiry_s: float | None = None) -> str:
+        """Create a token of the logged-in user's; the raw token is returned once and only
+        its hash is kept. ``expiry_s``: seconds from now (``None``: the server's default,
+        which is never, as Iggy's)."""
+        expiry_us = EXPIRY_SERVER_DEFAULT if expiry_s is None else max(1, round(expiry_s * 1e6))
+        return self._run(self._core.create_personal_access_token(name, expiry_us))
+
+    def get_personal_access_tokens(self) -> list[PersonalAccessTokenInfo]:
+        """The logged-in user's tokens: names and expiries (µs since the epoch, 0 never)."""
+        return self._run(self._core.get_personal_access_tokens())
+
+    def delete_personal_access_token(self, name: str) -> None:
+        """Delete one of the logged-in user's tokens by name."""
+        self._run(self._core.delete_personal_access_token(name))
 
     # --- streams -----------------------------------------------------------------------------
 
@@ -395,6 +467,17 @@ class Client:
     def delete_partitions(self, stream: IdLike, topic: IdLike, partitions_count: int) -> None:
         """Remove the last partitions of a topic."""
         self._run(self._core.delete_partitions(stream, topic, partitions_count))
+
+    def delete_segments(
+        self, stream: IdLike, topic: IdLike, partition_id: int, segments_count: int
+    ) -> None:
+        """Delete the oldest sealed segments of a partition (DELETE_SEGMENTS, 503).
+
+        Raises:
+            IggyError: the node's refusal; viewstream does not serve 503 yet and answers
+                InvalidCommand (3).
+        """
+        self._run(self._core.delete_segments(stream, topic, partition_id, segments_count))
 
     def get_partitions(self, stream: IdLike, topic: IdLike) -> list[PartitionInfo]:
         """A topic's partitions."""

@@ -68,6 +68,8 @@ from sdk.wire import (
     OptionDescriptor,
     OptionsScope,
     PartitionInfo,
+    Permissions,
+    PersonalAccessTokenInfo,
     PollingStrategy,
     ProtocolError,
     SendConfirmation,
@@ -76,7 +78,11 @@ from sdk.wire import (
     StreamInfo,
     TopicDetails,
     TopicInfo,
+    UserDetails,
+    UserInfo,
+    UserStatus,
 )
+from sdk.wire.tokens import EXPIRY_SERVER_DEFAULT
 
 if TYPE_CHECKING:
     from sdk.consumer import AsyncConsumer
@@ -264,9 +270,9 @@ class AsyncClient:
         """Reach a node (ping it) and, if the settings hold credentials, log in."""
         await self._run(self._core.ping())
         if self._core.has_credentials and not self._core.session.logged_in:
-            credentials = (self.config.username, self.config.password)
-            assert credentials[0] is not None and credentials[1] is not None
-            await self._run(self._core.login(credentials[0], credentials[1]))
+            credentials = self._core.credentials
+            assert credentials is not None
+            await self._run(self._core.login_with(credentials))
 
     async def close(self) -> None:
         """Log out (best effort, bounded) and close every connection. Idempotent."""
@@ -306,6 +312,16 @@ class AsyncClient:
             IncompatibleProtocol: the server does not speak protocol 0.11.
         """
         return await self._run(self._core.login(username, password))
+
+    async def login_with_personal_access_token(self, token: str) -> LoginRegisterReply:
+        """Log in with a personal access token (LOGIN_REGISTER_WITH_PAT, 45) instead of a
+        username and password; the session is the token owner's, with that user's
+        permissions, and the client logs in with the token again where it needs to.
+
+        Raises:
+            InvalidCredentials: the node knows no such token (deleted, expired, made up).
+        """
+        return await self._run(self._core.login_with_personal_access_token(token))
 
     async def logout_user(self) -> None:
         """Log out; the client id, request counter and credentials are forgotten."""
@@ -360,6 +376,64 @@ class AsyncClient:
                 unknown code with ``InvalidCommand``), or the call failed.
         """
         return await self._run(self._core.get_runtime_stats())
+
+    # --- users ----------------------------------------------------------------------------
+
+    async def get_user(self, user: IdLike) -> UserDetails | None:
+        """A user with its permissions, by id or username, or ``None``."""
+        return await self._run(self._core.get_user(user))
+
+    async def get_users(self) -> list[UserInfo]:
+        """Every user."""
+        return await self._run(self._core.get_users())
+
+    async def create_user(
+        self,
+        username: str,
+        password: str,
+        *,
+        status: UserStatus = UserStatus.ACTIVE,
+        permissions: Permissions | None = None,
+    ) -> UserDetails:
+        """Create a user (no permissions unless given)."""
+        return await self._run(self._core.create_user(username, password, status, permissions))
+
+    async def delete_user(self, user: IdLike) -> None:
+        """Delete a user; its sessions and personal access tokens end with it."""
+        await self._run(self._core.delete_user(user))
+
+    async def update_user(
+        self, user: IdLike, *, username: str | None = None, status: UserStatus | None = None
+    ) -> None:
+        """Rename a user and/or change its status (``None``: unchanged)."""
+        await self._run(self._core.update_user(user, username, status))
+
+    async def update_permissions(self, user: IdLike, permissions: Permissions | None) -> None:
+        """Replace a user's permissions (``None`` removes them all)."""
+        await self._run(self._core.update_permissions(user, permissions))
+
+    async def change_password(self, user: IdLike, current_password: str, new_password: str) -> None:
+        """Change a user's password."""
+        await self._run(self._core.change_password(user, current_password, new_password))
+
+    # --- personal access tokens -------------------------------------------------------------
+
+    async def create_personal_access_token(
+        self, name: str, *, expiry_s: float | None = None
+    ) -> str:
+        """Create a token of the logged-in user's; the raw token is returned once and only
+        its hash is kept. ``expiry_s``: seconds from now (``None``: the server's default,
+        which is never, as Iggy's)."""
+        expiry_us = EXPIRY_SERVER_DEFAULT if expiry_s is None else max(1, round(expiry_s * 1e6))
+        return await self._run(self._core.create_personal_access_token(name, expiry_us))
+
+    async def get_personal_access_tokens(self) -> list[PersonalAccessTokenInfo]:
+        """The logged-in user's tokens: names and expiries (µs since the epoch, 0 never)."""
+        return await self._run(self._core.get_personal_access_tokens())
+
+    async def delete_personal_access_token(self, name: str) -> None:
+        """Delete one of the logged-in user's tokens by name."""
+        await self._run(self._core.delete_personal_access_token(name))
 
     # --- streams -------------------------------------------------------------------------
 
@@ -450,6 +524,17 @@ class AsyncClient:
     async def delete_partitions(self, stream: IdLike, topic: IdLike, partitions_count: int) -> None:
         """Remove the last ``partitions_count`` partitions of a topic."""
         await self._run(self._core.delete_partitions(stream, topic, partitions_count))
+
+    async def delete_segments(
+        self, stream: IdLike, topic: IdLike, partition_id: int, segments_count: int
+    ) -> None:
+        """Delete the oldest sealed segments of a partition (DELETE_SEGMENTS, 503).
+
+        Raises:
+            IggyError: the node's refusal; viewstream does not serve 503 yet and answers
+                InvalidCommand (3).
+        """
+        await self._run(self._core.delete_segments(stream, topic, partition_id, segments_count))
 
     async def get_partitions(self, stream: IdLike, topic: IdLike) -> list[PartitionInfo]:
         """A topic's partitions.

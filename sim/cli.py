@@ -18,25 +18,36 @@ anything back into a run, so a seed replays the same with or without it.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
+from typing import Annotated, Final
+
+import typer
 
 from sim.planted import PLANTED, PLANTED_NODES, planted_classes
 from sim.rng import SEED_MAX
-from sim.world import Result, run_seed
+from sim.world import EXIT_CODES, Result, run_seed
+
+_PLANTS: Final = tuple(sorted(PLANTED | PLANTED_NODES))
+"""The names ``--plant`` takes."""
+
+app = typer.Typer(
+    name="viewstream-sim",
+    help="Deterministic simulation of a viewstream cluster from a seed.",
+    add_completion=False,
+)
 
 
 def _seed_range(text: str) -> range:
     first, sep, last = text.partition("..")
     if not sep:
-        raise argparse.ArgumentTypeError("expected A..B (both inclusive)")
+        raise typer.BadParameter("expected A..B (both inclusive)", param_hint="--seeds")
     try:
         low, high = int(first), int(last)
     except ValueError:
-        raise argparse.ArgumentTypeError("seeds are integers") from None
+        raise typer.BadParameter("seeds are integers", param_hint="--seeds") from None
     if not 0 <= low <= high <= SEED_MAX:
-        raise argparse.ArgumentTypeError(f"need 0 <= A <= B <= {SEED_MAX}")
+        raise typer.BadParameter(f"need 0 <= A <= B <= {SEED_MAX}", param_hint="--seeds")
     return range(low, high + 1)
 
 
@@ -44,38 +55,10 @@ def _seed(text: str) -> int:
     try:
         value = int(text, 0)
     except ValueError:
-        raise argparse.ArgumentTypeError("a seed is an integer") from None
+        raise typer.BadParameter("a seed is an integer", param_hint="--seed") from None
     if not 0 <= value <= SEED_MAX:
-        raise argparse.ArgumentTypeError(f"a seed is a u64 (0..{SEED_MAX})")
+        raise typer.BadParameter(f"a seed is a u64 (0..{SEED_MAX})", param_hint="--seed")
     return value
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="viewstream-sim",
-        description="Deterministic simulation of a viewstream cluster from a seed.",
-    )
-    which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--seed", type=_seed, help="run (replay) one seed")
-    which.add_argument("--seeds", type=_seed_range, help="run a swarm of seeds A..B")
-    parser.add_argument(
-        "--no-faults", action="store_true", help="no crashes, partitions, loss or corruption"
-    )
-    parser.add_argument(
-        "--plant",
-        choices=sorted(PLANTED | PLANTED_NODES),
-        help="run a replica or node with a deliberately planted bug (the checkers must find it)",
-    )
-    parser.add_argument(
-        "--lenient-polls",
-        action="store_true",
-        help="count, rather than fail, a poll that skips forward to the serving replica's "
-        "retained start (by default every skip is a failure: a hole in a replica's log)",
-    )
-    parser.add_argument(
-        "--verbose", action="store_true", help="with --seed: print the options and fault log"
-    )
-    return parser
 
 
 def replay_command(seed: int, *, faults: bool, plant: str | None, strict_polls: bool = True) -> str:
@@ -205,16 +188,72 @@ def _run_swarm(seeds: range, *, faults: bool, plant: str | None, strict: bool) -
     return failures[0].exit_code if failures else 0
 
 
+@app.command()
+def simulate(
+    seed: Annotated[
+        str | None, typer.Option("--seed", metavar="SEED", help="run (replay) one seed")
+    ] = None,
+    seeds: Annotated[
+        str | None, typer.Option("--seeds", metavar="A..B", help="run a swarm of seeds A..B")
+    ] = None,
+    no_faults: Annotated[
+        bool, typer.Option("--no-faults", help="no crashes, partitions, loss or corruption")
+    ] = False,
+    plant: Annotated[
+        str | None,
+        typer.Option(
+            "--plant",
+            metavar="BUG",
+            help="run a replica or node with a deliberately planted bug (the checkers must "
+            f"find it): {', '.join(_PLANTS)}",
+        ),
+    ] = None,
+    lenient_polls: Annotated[
+        bool,
+        typer.Option(
+            "--lenient-polls",
+            help="count, rather than fail, a poll that skips forward to the serving replica's "
+            "retained start (by default every skip is a failure: a hole in a replica's log)",
+        ),
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="with --seed: print the options and fault log")
+    ] = False,
+) -> None:
+    """Deterministic simulation of a viewstream cluster from a seed."""
+    # Seeds arrive as text and are checked here, not by a typer parser, so that one
+    # check covers "exactly one of the two" and the range with the same exit code (2).
+    if (seed is None) == (seeds is None):
+        raise typer.BadParameter("give exactly one of them", param_hint="--seed / --seeds")
+    if plant is not None and plant not in _PLANTS:
+        raise typer.BadParameter(f"choose from {', '.join(_PLANTS)}", param_hint="--plant")
+    faults = not no_faults
+    strict = not lenient_polls
+    if seed is not None:
+        value = _seed(seed)
+        code = _run_one(value, faults=faults, plant=plant, strict=strict, verbose=verbose)
+    else:
+        assert seeds is not None
+        swarm = _seed_range(seeds)
+        code = _run_swarm(swarm, faults=faults, plant=plant, strict=strict)
+    raise typer.Exit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``viewstream-sim``; returns the exit code."""
-    args = _parser().parse_args(argv)
-    faults = not args.no_faults
-    strict = not args.lenient_polls
-    if args.seed is not None:
-        return _run_one(
-            args.seed, faults=faults, plant=args.plant, strict=strict, verbose=args.verbose
-        )
-    return _run_swarm(args.seeds, faults=faults, plant=args.plant, strict=strict)
+    """Entry point of ``viewstream-sim``; returns the exit code of the run.
+
+    typer ends every invocation with ``SystemExit``: a run's verdict (0, 127, 128, 129;
+    ``--help`` exits 0 too) is returned, and anything else (a bad argument: 2, after the
+    usage error is printed) propagates as ``SystemExit``.
+    """
+    try:
+        app(args=list(argv) if argv is not None else None, prog_name="viewstream-sim")
+    except SystemExit as finished:
+        code = finished.code
+        if isinstance(code, int) and code in EXIT_CODES.values():
+            return code
+        raise
+    return 0
 
 
 def entry() -> None:

@@ -14,24 +14,37 @@ failed. ``docs/reliability.md`` describes the harness, the faults and the checke
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Annotated, Final
+
+import typer
 
 from bench.chaos.faults import FAULT_KINDS
 from bench.chaos.run import ChaosConfig, report_json, run_chaos
 from bench.chaos.workload import WorkloadConfig
 
+USAGE_EXIT_CODE: Final = 2
+"""The exit code of a bad argument (typer's usage error); never a run's verdict."""
 
-def _range(text: str) -> tuple[float, float]:
+app = typer.Typer(
+    name="viewstream-chaos",
+    help="Start a 3-node viewstream cluster on 127.0.0.1, load it with the SDK, inject "
+    "faults drawn from a seed, then check that no acknowledged message was lost or "
+    "duplicated and that every replica holds the same log.",
+    add_completion=False,
+)
+
+
+def _range(text: str, name: str) -> tuple[float, float]:
     low, sep, high = text.partition("..")
     try:
         values = (float(low), float(high)) if sep else (float(low), float(low))
     except ValueError:
-        raise argparse.ArgumentTypeError("expected A..B in seconds") from None
+        raise typer.BadParameter("expected A..B in seconds", param_hint=name) from None
     if not 0 <= values[0] <= values[1]:
-        raise argparse.ArgumentTypeError("need 0 <= A <= B")
+        raise typer.BadParameter("need 0 <= A <= B", param_hint=name)
     return values
 
 
@@ -39,111 +52,118 @@ def _kinds(text: str) -> tuple[str, ...]:
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
     unknown = [k for k in kinds if k not in FAULT_KINDS]
     if unknown or not kinds:
-        raise argparse.ArgumentTypeError(
-            f"unknown fault kinds {unknown}; choose from {', '.join(FAULT_KINDS)}"
+        raise typer.BadParameter(
+            f"unknown fault kinds {unknown}; choose from {', '.join(FAULT_KINDS)}",
+            param_hint="--faults",
         )
     return kinds
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="viewstream-chaos",
-        description="Start a 3-node viewstream cluster on 127.0.0.1, load it with the SDK, "
-        "inject faults drawn from a seed, then check that no acknowledged message was lost "
-        "or duplicated and that every replica holds the same log.",
-    )
-    parser.add_argument("--seed", type=int, required=True, help="draws the fault schedule")
-    parser.add_argument(
-        "--duration",
-        type=float,
-        required=True,
-        metavar="SECONDS",
-        help="time spent injecting faults",
-    )
-    parser.add_argument(
-        "--faults-min",
-        type=int,
-        default=0,
-        metavar="N",
-        help="apply at least N faults, past --duration if need be",
-    )
-    parser.add_argument(
-        "--faults",
-        type=_kinds,
-        default=FAULT_KINDS,
-        help=f"comma-separated subset of: {', '.join(FAULT_KINDS)}",
-    )
-    parser.add_argument(
-        "--hold", type=_range, default=(2.0, 6.0), metavar="A..B", help="fault duration range, s"
-    )
-    parser.add_argument(
-        "--gap", type=_range, default=(1.0, 3.0), metavar="A..B", help="calm between faults, s"
-    )
-    parser.add_argument(
-        "--recover-timeout",
-        type=float,
-        default=90.0,
-        metavar="SECONDS",
-        help="liveness bound per fault",
-    )
-    parser.add_argument("--tick-ms", type=int, default=10, help="the nodes' consensus tick")
-    parser.add_argument("--producers", type=int, default=4)
-    parser.add_argument("--consumers", type=int, default=2)
-    parser.add_argument("--stored-consumers", type=int, default=1)
-    parser.add_argument(
-        "--dir", type=Path, default=None, help="data and logs (default: a temporary folder)"
-    )
-    parser.add_argument("--keep", action="store_true", help="keep the folder after a clean run")
-    parser.add_argument("--json", type=Path, default=None, help="write the report as JSON")
-    parser.add_argument(
-        "--allow-retained-gaps",
-        action="store_true",
-        help="count, rather than fail on, a node that serves a partition only from some offset "
-        "on (a replica that caught up by state transfer)",
-    )
-    parser.add_argument(
-        "--no-final-crash", action="store_true", help="skip killing every node at once at the end"
-    )
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    config = ChaosConfig(
-        seed=args.seed,
-        duration_s=args.duration,
-        kinds=args.faults,
-        faults_min=args.faults_min,
-        hold_s=args.hold,
-        gap_s=args.gap,
-        recover_timeout_s=args.recover_timeout,
-        tick_ms=args.tick_ms,
-        workload=WorkloadConfig(
-            producers=args.producers,
-            consumers=args.consumers,
-            stored_consumers=args.stored_consumers,
+@app.command()
+def chaos(
+    seed: Annotated[int, typer.Option("--seed", help="draws the fault schedule")],
+    duration: Annotated[
+        float, typer.Option("--duration", metavar="SECONDS", help="time spent injecting faults")
+    ],
+    faults_min: Annotated[
+        int,
+        typer.Option(
+            "--faults-min", metavar="N", help="apply at least N faults, past --duration if need be"
         ),
-        folder=args.dir,
-        keep=args.keep,
-        final_crash=not args.no_final_crash,
-        allow_retained_gaps=args.allow_retained_gaps,
+    ] = 0,
+    faults: Annotated[
+        str,
+        typer.Option("--faults", help=f"comma-separated subset of: {', '.join(FAULT_KINDS)}"),
+    ] = ",".join(FAULT_KINDS),
+    hold: Annotated[
+        str, typer.Option("--hold", metavar="A..B", help="fault duration range, s")
+    ] = "2..6",
+    gap: Annotated[
+        str, typer.Option("--gap", metavar="A..B", help="calm between faults, s")
+    ] = "1..3",
+    recover_timeout: Annotated[
+        float,
+        typer.Option("--recover-timeout", metavar="SECONDS", help="liveness bound per fault"),
+    ] = 90.0,
+    tick_ms: Annotated[int, typer.Option("--tick-ms", help="the nodes' consensus tick")] = 10,
+    producers: Annotated[int, typer.Option("--producers")] = 4,
+    consumers: Annotated[int, typer.Option("--consumers")] = 2,
+    stored_consumers: Annotated[int, typer.Option("--stored-consumers")] = 1,
+    folder: Annotated[
+        Path | None,
+        typer.Option("--dir", help="data and logs (default: a temporary folder)"),
+    ] = None,
+    keep: Annotated[bool, typer.Option("--keep", help="keep the folder after a clean run")] = False,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="write the report as JSON")
+    ] = None,
+    allow_retained_gaps: Annotated[
+        bool,
+        typer.Option(
+            "--allow-retained-gaps",
+            help="count, rather than fail on, a node that serves a partition only from some "
+            "offset on (a replica that caught up by state transfer)",
+        ),
+    ] = False,
+    no_final_crash: Annotated[
+        bool,
+        typer.Option("--no-final-crash", help="skip killing every node at once at the end"),
+    ] = False,
+) -> None:
+    """Run the chaos harness once and exit with its verdict."""
+    config = ChaosConfig(
+        seed=seed,
+        duration_s=duration,
+        kinds=_kinds(faults),
+        faults_min=faults_min,
+        hold_s=_range(hold, "--hold"),
+        gap_s=_range(gap, "--gap"),
+        recover_timeout_s=recover_timeout,
+        tick_ms=tick_ms,
+        workload=WorkloadConfig(
+            producers=producers, consumers=consumers, stored_consumers=stored_consumers
+        ),
+        folder=folder,
+        keep=keep,
+        final_crash=not no_final_crash,
+        allow_retained_gaps=allow_retained_gaps,
     )
+    raise typer.Exit(_run(config, json_path))
 
+
+def _run(config: ChaosConfig, json_path: Path | None) -> int:
     def log(line: str) -> None:
         print(line, flush=True)
 
     report = run_chaos(config, log)
     print(report.summary(), flush=True)
-    if args.json is not None:
-        args.json.write_text(report_json(report) + "\n", encoding="utf-8")
+    if json_path is not None:
+        json_path.write_text(report_json(report) + "\n", encoding="utf-8")
     code = report.exit_code
     if code != 0:
         print(f"data and logs kept in {report.folder}", flush=True)
         print(
-            f"replay: viewstream-chaos --seed {args.seed} --duration {args.duration:g}",
+            f"replay: viewstream-chaos --seed {config.seed} --duration {config.duration_s:g}",
             flush=True,
         )
     return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``viewstream-chaos``; returns the run's exit code.
+
+    typer ends every invocation with ``SystemExit``: a verdict (0, 127, 128, 129;
+    ``--help`` exits 0) is returned, and a bad argument (2, after the usage error is
+    printed) propagates as ``SystemExit``.
+    """
+    try:
+        app(args=list(argv) if argv is not None else None, prog_name="viewstream-chaos")
+    except SystemExit as finished:
+        code = finished.code
+        if isinstance(code, int) and code != USAGE_EXIT_CODE:
+            return code
+        raise
+    return 0
 
 
 if __name__ == "__main__":

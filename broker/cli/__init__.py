@@ -3,7 +3,11 @@
 Purpose: ``viewstream serve`` runs a node (``broker.runtime``); everything else is a
 client-side tool that lives beside this module: ``cluster`` (a local cluster of node
 processes, :mod:`broker.cli.cluster`) and the admin commands on the SDK's blocking client
-(:mod:`broker.cli.admin`). The server's runtime never imports this package.
+(:mod:`broker.cli.admin`): ``stream``, ``topic``, ``send``, ``poll``, ``cluster status``
+and ``stats`` here, the ``iggy`` CLI's resource commands (``user``, ``pat``,
+``partition``, ``segment``, ``consumer-group``, ``consumer-offset``, ``client``, ``me``,
+``ping``) in :mod:`broker.cli.resources`, their shared options in
+:mod:`broker.cli.options`. The server's runtime never imports this package.
 """
 
 from __future__ import annotations
@@ -14,6 +18,16 @@ from typing import Annotated
 import typer
 
 from broker import __version__
+from broker.cli.options import (
+    DEFAULT_SERVER,
+    AddressOption,
+    PasswordOption,
+    TokenOption,
+    UsernameOption,
+    run_admin,
+    target,
+)
+from broker.cli.resources import register as register_resources
 
 app = typer.Typer(
     name="viewstream",
@@ -182,91 +196,55 @@ def cluster_down(
 
 # -- client-side admin commands ---------------------------------------------------------------
 
-AddressOption = Annotated[
-    str,
-    typer.Option("--address", envvar="VIEWSTREAM_SERVER", help="The node to talk to."),
-]
-UsernameOption = Annotated[
-    str, typer.Option("--username", envvar="VIEWSTREAM_USERNAME", help="User to log in as.")
-]
-PasswordOption = Annotated[
-    str | None,
-    typer.Option(
-        "--password",
-        envvar=["VIEWSTREAM_PASSWORD", "VIEWSTREAM_ROOT_PASSWORD"],
-        help="Password (prompted for when not given).",
-    ),
-]
-
-
-def _target(address: str, username: str, password: str | None) -> object:
-    from broker.cli.admin import Target
-
-    if password is None:
-        password = typer.prompt(f"password for {username}", hide_input=True)
-    return Target(address, username, password)
-
-
-def _run_admin(action: str, function: object, *args: object, **kwargs: object) -> None:
-    """Run one admin call; print its text, or the server's refusal, and exit non-zero."""
-    from broker.cli.admin import failure_text
-    from sdk.errors import IggyError
-
-    assert callable(function)
-    try:
-        typer.echo(function(*args, **kwargs))
-    except IggyError as error:
-        typer.echo(f"{action}: {failure_text(error)}", err=True)
-        raise typer.Exit(1) from None
-    except OSError as error:
-        typer.echo(f"{action}: {error}", err=True)
-        raise typer.Exit(1) from None
-
-
 stream_app = typer.Typer(help="Create, list and delete streams.", no_args_is_help=True)
 topic_app = typer.Typer(help="Create, list and delete topics.", no_args_is_help=True)
 app.add_typer(stream_app, name="stream")
 app.add_typer(topic_app, name="topic")
 
-_DEFAULT_SERVER = "127.0.0.1:8090"
-
 
 @stream_app.command("create")
 def stream_create(
     name: str,
-    address: AddressOption = _DEFAULT_SERVER,
+    address: AddressOption = DEFAULT_SERVER,
     username: UsernameOption = "iggy",
     password: PasswordOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Create stream NAME."""
     from broker.cli import admin
 
-    _run_admin("stream create", admin.stream_create, _target(address, username, password), name)
+    run_admin(
+        "stream create", admin.stream_create, target(address, username, password, token), name
+    )
 
 
 @stream_app.command("list")
 def stream_list(
-    address: AddressOption = _DEFAULT_SERVER,
+    address: AddressOption = DEFAULT_SERVER,
     username: UsernameOption = "iggy",
     password: PasswordOption = None,
+    token: TokenOption = None,
 ) -> None:
     """List the streams."""
     from broker.cli import admin
 
-    _run_admin("stream list", admin.stream_list, _target(address, username, password))
+    run_admin("stream list", admin.stream_list, target(address, username, password, token))
 
 
 @stream_app.command("delete")
 def stream_delete(
     stream: str,
-    address: AddressOption = _DEFAULT_SERVER,
+    address: AddressOption = DEFAULT_SERVER,
     username: UsernameOption = "iggy",
     password: PasswordOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Delete STREAM (a name or a numeric id) with its topics and messages."""
     from broker.cli import admin
 
-    _run_admin("stream delete", admin.stream_delete, _target(address, username, password), stream)
+    run_admin(
+        "stream delete", admin.stream_delete, target(address, username, password, token), stream
+    )
 
 
 @topic_app.command("create")
@@ -277,17 +255,18 @@ def topic_create(
     durability: Annotated[
         str, typer.Option("--durability", help="replicated (default) or persisted.")
     ] = "replicated",
-    address: AddressOption = _DEFAULT_SERVER,
+    address: AddressOption = DEFAULT_SERVER,
     username: UsernameOption = "iggy",
     password: PasswordOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Create topic NAME in STREAM."""
     from broker.cli import admin
 
-    _run_admin(
+    run_admin(
         "topic create",
         admin.topic_create,
-        _target(address, username, password),
+        target(address, username, password, token),
         stream,
         name,
         partitions,
@@ -298,29 +277,35 @@ def topic_create(
 @topic_app.command("list")
 def topic_list(
     stream: str,
-    address: AddressOption = _DEFAULT_SERVER,
+    address: AddressOption = DEFAULT_SERVER,
     username: UsernameOption = "iggy",
     password: PasswordOption = None,
+    token: TokenOption = None,
 ) -> None:
     """List the topics of STREAM."""
     from broker.cli import admin
 
-    _run_admin("topic list", admin.topic_list, _target(address, username, password), stream)
+    run_admin("topic list", admin.topic_list, target(address, username, password, token), stream)
 
 
 @topic_app.command("delete")
 def topic_delete(
     stream: str,
     topic: str,
-    address: AddressOption = _DEFAULT_SERVER,
+    address: AddressOption = DEFAULT_SERVER,
     username: UsernameOption = "iggy",
     password: PasswordOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Delete TOPIC of STREAM with its messages."""
     from broker.cli import admin
 
-    _run_admin(
-        "topic delete", admin.topic_delete, _target(address, username, password), stream, topic
+    run_admin(
+        "topic delete",
+        admin.topic_delete,
+        target(address, username, password, token),
+        stream,
+        topic,
     )
 
 
@@ -335,17 +320,18 @@ def send(
     key: Annotated[
         str | None, typer.Option("--key", help="Route by this key (same key, same partition).")
     ] = None,
-    address: AddressOption = _DEFAULT_SERVER,
+    address: AddressOption = DEFAULT_SERVER,
     username: UsernameOption = "iggy",
     password: PasswordOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Send MESSAGES (one batch) to TOPIC of STREAM; balanced over partitions by default."""
     from broker.cli import admin
 
-    _run_admin(
+    run_admin(
         "send",
         admin.send,
-        _target(address, username, password),
+        target(address, username, password, token),
         stream,
         topic,
         messages,
@@ -366,9 +352,10 @@ def poll(
     ] = False,
     count: Annotated[int, typer.Option("--count", help="Messages at most.")] = 100,
     consumer: Annotated[str, typer.Option("--consumer", help="Consumer id or name.")] = "1",
-    address: AddressOption = _DEFAULT_SERVER,
+    address: AddressOption = DEFAULT_SERVER,
     username: UsernameOption = "iggy",
     password: PasswordOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Read messages of TOPIC of STREAM (from the first one unless told otherwise)."""
     from broker.cli import admin
@@ -382,10 +369,10 @@ def poll(
         strategy = wire.PollingStrategy(wire.PollingKind.NEXT, 0)
     else:
         strategy = wire.PollingStrategy(wire.PollingKind.FIRST, 0)
-    _run_admin(
+    run_admin(
         "poll",
         admin.poll,
-        _target(address, username, password),
+        target(address, username, password, token),
         stream,
         topic,
         partition=partition,
@@ -398,24 +385,29 @@ def poll(
 
 @cluster_app.command("status")
 def cluster_status(
-    address: AddressOption = _DEFAULT_SERVER,
+    address: AddressOption = DEFAULT_SERVER,
     username: UsernameOption = "iggy",
     password: PasswordOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Show the nodes, which one leads the metadata plane, and which answer."""
     from broker.cli import admin
 
-    _run_admin("cluster status", admin.cluster_status, _target(address, username, password))
+    run_admin("cluster status", admin.cluster_status, target(address, username, password, token))
 
 
 @app.command()
 def stats(
     as_json: Annotated[bool, typer.Option("--json", help="Everything, as JSON.")] = False,
-    address: AddressOption = _DEFAULT_SERVER,
+    address: AddressOption = DEFAULT_SERVER,
     username: UsernameOption = "iggy",
     password: PasswordOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Server statistics (GET_STATS) and the per-group consensus counters."""
     from broker.cli import admin
 
-    _run_admin("stats", admin.stats, _target(address, username, password), as_json=as_json)
+    run_admin("stats", admin.stats, target(address, username, password, token), as_json=as_json)
+
+
+register_resources(app)

@@ -1,9 +1,11 @@
 """Client-side admin commands of the ``viewstream`` CLI, in the style of the ``iggy`` CLI.
 
-Purpose: ``stream create|list|delete``, ``topic create|list|delete``, ``send``, ``poll``,
+Purpose: ``stream``, ``topic``, ``partition``, ``segment``, ``user``, ``pat``,
+``consumer-group``, ``consumer-offset``, ``client``, ``me``, ``ping``, ``send``, ``poll``,
 ``cluster status`` and ``stats``, each a login and a few requests through the SDK's
 blocking client (:class:`sdk.Client`). Functions return the text to print, so the CLI
-stays thin and tests can call them directly.
+stays thin and tests can call them directly; the parsers of Iggy's argument forms
+(permissions, token expiries) live in :mod:`broker.cli.forms`.
 
 Invariants:
 
@@ -13,17 +15,27 @@ Invariants:
 2. Every call is bounded by ``TIMEOUT_S`` (a probe of ``cluster status`` by
    ``PROBE_TIMEOUT_S``), retries included.
 3. A failure is an :class:`sdk.errors.IggyError`; :func:`failure_text` words it as the
-   CLI prints it, telling the server's refusals from failures to reach it.
+   CLI prints it, telling the server's refusals from failures to reach it. No command
+   prints success for a request the node refused (``segment delete`` prints the node's
+   refusal of DELETE_SEGMENTS, which it does not serve yet).
+4. A login uses the password or the personal access token of the :class:`Target`, never
+   both; a secret is never part of what a command prints, except the raw token that
+   ``pat create`` exists to show once.
+5. ``ping`` sends at most ``PINGS_MAX`` pings, each bounded by ``TIMEOUT_S``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
+from broker.cli.options import PINGS_MAX
 from sdk import wire
 from sdk.blocking import Client
 from sdk.connection_string import ClientConfig
@@ -36,12 +48,18 @@ from sdk.errors import (
     RequestTimeout,
 )
 from sdk.types import ConsumerRef, Message
+from sdk.wire import CLIENT_NO_USER, ClientInfoDetails, Permissions, UserStatus
 
 ADDRESS_DEFAULT: Final = "127.0.0.1:8090"
 TIMEOUT_S: Final = 10.0
 """Bound on one command's call, retries included."""
 PROBE_TIMEOUT_S: Final = 2.0
 """Bound on the ping of one node by ``cluster status``."""
+PING_INTERVAL_S: Final = 0.2
+"""Pause between two pings of one ``ping``, so a count does not flood the node."""
+
+_TRANSPORTS: Final = {1: "tcp", 2: "quic", 3: "http", 4: "websocket"}
+"""Iggy's transport codes in GET_ME and GET_CLIENTS."""
 
 _NOT_ANSWERED: Final = (
     ClientClosed,
@@ -55,21 +73,32 @@ _NOT_ANSWERED: Final = (
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """Where and as whom the admin commands connect."""
+    """Where and as whom the admin commands connect: with ``token`` set, a personal
+    access token login (the username and password are then not used)."""
 
     address: str
     username: str
-    password: str
+    password: str = field(repr=False)
+    token: str | None = field(default=None, repr=False)
 
 
 @contextmanager
 def _connect(target: Target) -> Iterator[Client]:
-    config = ClientConfig.one_node(
-        target.address, username=target.username, password=target.password, timeout_s=TIMEOUT_S
-    )
-    client = Client(config)
+    if target.token is not None:
+        client = Client(ClientConfig.one_node(target.address, timeout_s=TIMEOUT_S))
+    else:
+        config = ClientConfig.one_node(
+            target.address,
+            username=target.username,
+            password=target.password,
+            timeout_s=TIMEOUT_S,
+        )
+        client = Client(config)
     try:
-        client.login_user(target.username, target.password)
+        if target.token is not None:
+            client.login_with_personal_access_token(target.token)
+        else:
+            client.login_user(target.username, target.password)
         yield client
     finally:
         client.close()
@@ -269,4 +298,369 @@ def stats(target: Target, *, as_json: bool) -> str:
             f"msgs/sync {group['messages_per_sync']:.1f}  "
             f"bytes to replicas {group['bytes_to_replicas']}"
         )
+    return "\n".join(lines)
+
+
+# --- rendering ---------------------------------------------------------------------------
+
+
+def _plain(value: object) -> object:
+    """``value`` as JSON-ready data: dataclasses as objects, enums by name, tuples as
+    lists (the ``--json`` form of every command)."""
+    if isinstance(value, enum.Enum):
+        return value.name.lower()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _json(value: object) -> str:
+    return json.dumps(_plain(value), indent=2)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Left-aligned columns as wide as their widest cell; the last column unpadded."""
+    cells = [[str(cell) for cell in row] for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header) - 1)]
+    return "\n".join(
+        "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]])
+        for row in cells
+    )
+
+
+def _when_us(timestamp_us: int) -> str:
+    """A microsecond timestamp as UTC, to the second."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(timestamp_us / 1e6))
+
+
+def _transport(code: int) -> str:
+    return _TRANSPORTS.get(code, f"transport {code}")
+
+
+def _user_of(user_id: int) -> str:
+    return "-" if user_id == CLIENT_NO_USER else str(user_id)
+
+
+# --- users -------------------------------------------------------------------------------
+
+
+def user_create(
+    target: Target,
+    username: str,
+    password: str,
+    status: UserStatus,
+    permissions: Permissions | None,
+) -> str:
+    with _connect(target) as client:
+        details = client.create_user(username, password, status=status, permissions=permissions)
+    user = details.user
+    return f"created user {user.username!r} (id {user.id}), {user.status.name.lower()}"
+
+
+def user_get(target: Target, user: str, *, as_json: bool) -> str:
+    from broker.cli.forms import describe_permissions
+
+    with _connect(target) as client:
+        details = client.get_user(user)
+    if details is None:
+        return f"no user {user!r}"
+    if as_json:
+        return _json(details)
+    info = details.user
+    lines = [
+        f"user {info.username!r} (id {info.id}), {info.status.name.lower()}, "
+        f"created {_when_us(info.created_at)}",
+        *describe_permissions(details.permissions),
+    ]
+    return "\n".join(lines)
+
+
+def user_list(target: Target, *, as_json: bool) -> str:
+    with _connect(target) as client:
+        users = client.get_users()
+    if as_json:
+        return _json(users)
+    rows = [(u.id, u.status.name.lower(), _when_us(u.created_at), u.username) for u in users]
+    return _table(("id", "status", "created", "username"), rows)
+
+
+def user_name(target: Target, user: str, username: str) -> str:
+    with _connect(target) as client:
+        client.update_user(user, username=username)
+    return f"renamed user {user!r} to {username!r}"
+
+
+def user_status(target: Target, user: str, status: UserStatus) -> str:
+    with _connect(target) as client:
+        client.update_user(user, status=status)
+    return f"user {user!r} is {status.name.lower()}"
+
+
+def user_password(target: Target, user: str, current_password: str, new_password: str) -> str:
+    with _connect(target) as client:
+        client.change_password(user, current_password, new_password)
+    return f"changed the password of user {user!r}"
+
+
+def user_permissions(target: Target, user: str, permissions: Permissions | None) -> str:
+    from broker.cli.forms import describe_permissions
+
+    with _connect(target) as client:
+        client.update_permissions(user, permissions)
+    return "\n".join([f"set the permissions of user {user!r}:", *describe_permissions(permissions)])
+
+
+def user_delete(target: Target, user: str) -> str:
+    with _connect(target) as client:
+        client.delete_user(user)
+    return f"deleted user {user!r} (its sessions and personal access tokens end with it)"
+
+
+# --- personal access tokens --------------------------------------------------------------
+
+
+def pat_create(target: Target, name: str, expiry_s: float | None, *, quiet: bool) -> str:
+    with _connect(target) as client:
+        token = client.create_personal_access_token(name, expiry_s=expiry_s)
+    if quiet:
+        return token
+    if expiry_s is None:
+        expires = "never expires"
+    else:
+        expires = f"expires in {expiry_s:g} s, at {_when_us(round((time.time() + expiry_s) * 1e6))}"
+    return (
+        f"created personal access token {name!r} ({expires}); it is shown only this once:\n{token}"
+    )
+
+
+def pat_list(target: Target, *, as_json: bool) -> str:
+    with _connect(target) as client:
+        tokens = client.get_personal_access_tokens()
+    if as_json:
+        return _json(tokens)
+    rows = [(t.name, "never" if t.expiry_at == 0 else _when_us(t.expiry_at)) for t in tokens]
+    return _table(("name", "expires"), rows)
+
+
+def pat_delete(target: Target, name: str) -> str:
+    with _connect(target) as client:
+        client.delete_personal_access_token(name)
+    return f"deleted personal access token {name!r}"
+
+
+# --- partitions and segments -------------------------------------------------------------
+
+
+def _partitions_now(client: Client, stream: str, topic: str) -> str:
+    details = client.get_topic(stream, topic)
+    return "" if details is None else f"; it has {details.topic.partitions_count} now"
+
+
+def partition_create(target: Target, stream: str, topic: str, count: int) -> str:
+    with _connect(target) as client:
+        client.create_partitions(stream, topic, count)
+        now = _partitions_now(client, stream, topic)
+    return f"added {count} partition(s) to topic {topic!r} of stream {stream!r}{now}"
+
+
+def partition_delete(target: Target, stream: str, topic: str, count: int) -> str:
+    with _connect(target) as client:
+        client.delete_partitions(stream, topic, count)
+        now = _partitions_now(client, stream, topic)
+    return f"deleted the last {count} partition(s) of topic {topic!r} of stream {stream!r}{now}"
+
+
+def partition_list(target: Target, stream: str, topic: str, *, as_json: bool) -> str:
+    with _connect(target) as client:
+        partitions = client.get_partitions(stream, topic)
+    if as_json:
+        return _json(partitions)
+    rows = [
+        (p.id, p.segments_count, p.current_offset, p.messages_count, p.size_bytes)
+        for p in partitions
+    ]
+    return _table(("id", "segments", "current offset", "messages", "bytes"), rows)
+
+
+def segment_delete(target: Target, stream: str, topic: str, partition: int, count: int) -> str:
+    with _connect(target) as client:
+        client.delete_segments(stream, topic, partition, count)
+    return (
+        f"deleted the oldest {count} segment(s) of partition {partition} of topic {topic!r} "
+        f"of stream {stream!r}"
+    )
+
+
+# --- consumer groups and offsets ---------------------------------------------------------
+
+
+def group_create(target: Target, stream: str, topic: str, name: str) -> str:
+    with _connect(target) as client:
+        details = client.create_consumer_group(stream, topic, name)
+    return (
+        f"created consumer group {details.group.name!r} (id {details.group.id}) on topic "
+        f"{topic!r} of stream {stream!r}"
+    )
+
+
+def group_get(target: Target, stream: str, topic: str, group: str, *, as_json: bool) -> str:
+    with _connect(target) as client:
+        details = client.get_consumer_group(stream, topic, group)
+    if details is None:
+        return f"no consumer group {group!r} on topic {topic!r} of stream {stream!r}"
+    if as_json:
+        return _json(details)
+    info = details.group
+    lines = [
+        f"consumer group {info.name!r} (id {info.id}): {info.partitions_count} partition(s), "
+        f"{info.members_count} member(s)"
+    ]
+    lines += [
+        f"  member {m.id}: partitions {', '.join(map(str, m.partitions)) or 'none'}"
+        for m in details.members
+    ]
+    return "\n".join(lines)
+
+
+def group_list(target: Target, stream: str, topic: str, *, as_json: bool) -> str:
+    with _connect(target) as client:
+        groups = client.get_consumer_groups(stream, topic)
+    if as_json:
+        return _json(groups)
+    rows = [(g.id, g.partitions_count, g.members_count, g.name) for g in groups]
+    return _table(("id", "partitions", "members", "name"), rows)
+
+
+def group_delete(target: Target, stream: str, topic: str, group: str) -> str:
+    with _connect(target) as client:
+        client.delete_consumer_group(stream, topic, group)
+    return f"deleted consumer group {group!r} of topic {topic!r} of stream {stream!r}"
+
+
+def _consumer(consumer: str, kind: str) -> ConsumerRef:
+    if kind == "consumer-group":
+        return ConsumerRef.group(consumer)
+    return ConsumerRef.single(consumer)
+
+
+def offset_get(
+    target: Target,
+    consumer: str,
+    stream: str,
+    topic: str,
+    partition: int,
+    *,
+    kind: str,
+    as_json: bool,
+) -> str:
+    with _connect(target) as client:
+        stored = client.get_consumer_offset(
+            stream, topic, consumer=_consumer(consumer, kind), partition_id=partition
+        )
+    if stored is None:
+        return f"no offset stored for {kind} {consumer!r} on partition {partition}"
+    if as_json:
+        return _json(stored)
+    return (
+        f"{kind} {consumer!r}, partition {stored.partition_id}: stored offset "
+        f"{stored.stored_offset}, newest offset {stored.current_offset}"
+    )
+
+
+def offset_set(
+    target: Target,
+    consumer: str,
+    stream: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    kind: str,
+) -> str:
+    with _connect(target) as client:
+        client.store_consumer_offset(
+            stream, topic, offset, consumer=_consumer(consumer, kind), partition_id=partition
+        )
+    return f"stored offset {offset} for {kind} {consumer!r} on partition {partition}"
+
+
+def offset_delete(
+    target: Target, consumer: str, stream: str, topic: str, partition: int, *, kind: str
+) -> str:
+    with _connect(target) as client:
+        client.delete_consumer_offset(
+            stream, topic, consumer=_consumer(consumer, kind), partition_id=partition
+        )
+    return f"deleted the stored offset of {kind} {consumer!r} on partition {partition}"
+
+
+# --- clients, me, ping -------------------------------------------------------------------
+
+
+def _client_lines(details: ClientInfoDetails) -> list[str]:
+    lines = [
+        f"client {details.client_id}: user {_user_of(details.user_id)}, "
+        f"{_transport(details.transport)} from {details.address}",
+    ]
+    lines += [
+        f"  consumer group {g.group_id} of topic {g.topic_id} of stream {g.stream_id}"
+        for g in details.consumer_groups
+    ]
+    return lines
+
+
+def client_get(target: Target, client_id: int, *, as_json: bool) -> str:
+    with _connect(target) as client:
+        details = client.get_client(client_id)
+    if details is None:
+        return f"no client {client_id} on {target.address}"
+    return _json(details) if as_json else "\n".join(_client_lines(details))
+
+
+def client_list(target: Target, *, as_json: bool) -> str:
+    with _connect(target) as client:
+        clients = client.get_clients()
+    if as_json:
+        return _json(clients)
+    rows = [
+        (
+            c.client_id,
+            _user_of(c.user_id),
+            _transport(c.transport),
+            c.consumer_groups_count,
+            c.address,
+        )
+        for c in clients
+    ]
+    return _table(("client", "user", "transport", "groups", "address"), rows)
+
+
+def me(target: Target, *, as_json: bool) -> str:
+    with _connect(target) as client:
+        details = client.get_me()
+    return _json(details) if as_json else "\n".join(_client_lines(details))
+
+
+def ping(address: str, count: int) -> str:
+    """``count`` pings (no login: PING is served before one), each timed."""
+    assert 0 < count <= PINGS_MAX
+    client = Client(ClientConfig.one_node(address, timeout_s=TIMEOUT_S))
+    times_ms: list[float] = []
+    try:
+        for index in range(count):
+            if index:
+                time.sleep(PING_INTERVAL_S)
+            started = time.perf_counter()
+            client.ping()
+            times_ms.append((time.perf_counter() - started) * 1000)
+    finally:
+        client.close()
+    lines = [f"ping {address}: {ms:.3f} ms" for ms in times_ms]
+    mean = sum(times_ms) / len(times_ms)
+    lines.append(
+        f"{len(times_ms)} ping(s): min {min(times_ms):.3f} ms, avg {mean:.3f} ms, "
+        f"max {max(times_ms):.3f} ms"
+    )
     return "\n".join(lines)

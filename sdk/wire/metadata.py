@@ -1,8 +1,9 @@
 """Payloads of the metadata plane: streams, topics, partitions and consumer groups.
 
 Purpose: typed request and reply payloads of GET/CREATE/DELETE/UPDATE/PURGE stream
-(200..205) and topic (300..305), CREATE/DELETE_PARTITIONS (402, 403) and the consumer
-group commands (600..606).
+(200..205) and topic (300..305), CREATE/DELETE_PARTITIONS (402, 403), DELETE_SEGMENTS
+(503: the SDK sends it, the node does not serve it) and the consumer group commands
+(600..606).
 
 Invariants (as for every payload module):
 
@@ -531,6 +532,41 @@ class PartitionsChange:
     def decode(cls, body: Buffer) -> Self:
         """Parse exactly the request body."""
         return read_whole(body, cls.read, "partitions change")
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteSegments:
+    """DELETE_SEGMENTS (503) request: ``[stream][topic][partition_id u32]
+    [segments_count u32]``, the oldest ``segments_count`` sealed segments of a partition.
+
+    Not in ``COMMANDS``: the node does not serve 503 (it answers InvalidCommand), so the
+    codec registry, which names what the node decodes, leaves it out; the SDK sends this
+    body under the bare code so a caller hears the node's own answer.
+    """
+
+    stream_id: Identifier
+    topic_id: Identifier
+    partition_id: int
+    segments_count: int
+
+    def encode(self) -> bytes:
+        """The request body."""
+        writer = Writer()
+        encode_identifier(writer, self.stream_id)
+        encode_identifier(writer, self.topic_id)
+        writer.u32(self.partition_id)
+        writer.u32(self.segments_count)
+        return writer.getvalue()
+
+    @classmethod
+    def read(cls, reader: Reader) -> Self:
+        """Read the request; what follows the count is left unread."""
+        return cls(decode_identifier(reader), decode_identifier(reader), reader.u32(), reader.u32())
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "delete segments")
 
 
 # --- consumer groups ---------------------------------------------------------------

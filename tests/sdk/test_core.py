@@ -31,6 +31,7 @@ from sdk.wire import (
     ConsumerGroupAssignment,
     EvictionReason,
     IggyErrorCode,
+    LoginRegisterWithPat,
     MessagesKey,
     Operation,
     PartitionInfo,
@@ -40,6 +41,7 @@ from sdk.wire import (
     SendMessagesReply,
     StreamDetails,
     StreamInfo,
+    Streams,
     TopicDetails,
     TopicInfo,
 )
@@ -53,6 +55,7 @@ from tests.sdk.script import (
     Trace,
     drive,
     evict,
+    login_reply,
     make_core,
     ok,
     poll_partition,
@@ -644,3 +647,33 @@ def test_partition_route_reads_prefer_the_cached_primary() -> None:
         trace=trace,
     )
     assert trace.sent[-1].address == NODE_B
+
+
+def test_a_token_login_registers_with_45_and_logs_in_again_with_the_token() -> None:
+    """A session opened with a token is re-opened with the token (never with the
+    settings' password) when the node forgets it, and the token stays out of reprs."""
+    core, _ = make_core(credentials=False)
+    sessions = iter(range(SESSION, SESSION + 10))
+    forgot: list[Sent] = []
+
+    def forgetful(sent: Sent) -> bytes:
+        if not forgot:
+            forgot.append(sent)
+            return status(sent, IggyErrorCode.UNAUTHENTICATED)
+        return ok(sent, Streams())
+
+    server = Scripted(
+        {
+            CommandCode.LOGIN_REGISTER_WITH_PAT: lambda s: login_reply(s, next(sessions)),
+            CommandCode.GET_STREAMS: forgetful,
+        }
+    )
+    trace = Trace()
+    drive(core, core.login_with_personal_access_token("secret-token"), server, trace=trace)
+    assert drive(core, core.get_streams(), server, trace=trace) == []
+    registers = [s for s in trace.sent if s.header.operation is Operation.REGISTER]
+    assert [s.code for s in registers] == [CommandCode.LOGIN_REGISTER_WITH_PAT] * 2
+    tokens = [s.payload.token for s in registers if isinstance(s.payload, LoginRegisterWithPat)]
+    assert tokens == ["secret-token"] * 2
+    assert core.session.session == SESSION + 1
+    assert "secret-token" not in repr(core.credentials)

@@ -43,8 +43,26 @@ def test_replay_command_carries_every_option() -> None:
     )
 
 
-@pytest.mark.parametrize("argv", [["--seeds", "5..2"], ["--seed", "-1"], ["--seeds", "x"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--seeds", "5..2"],
+        ["--seed", "-1"],
+        ["--seeds", "x"],
+        [],
+        ["--seed", "1", "--seeds", "0..1"],
+        ["--seed", "1", "--plant", "no-such-bug"],
+        ["--seed", "1", "--no-such-flag"],
+    ],
+)
 def test_bad_arguments_are_refused(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as raised:
         main(argv)
     assert raised.value.code == 2
+
+
+def test_help_lists_every_flag_and_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for flag in ("--seed", "--seeds", "--no-faults", "--plant", "--lenient-polls", "--verbose"):
+        assert flag in out
