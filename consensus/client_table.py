@@ -35,6 +35,26 @@ Invariants:
    with the same number). An entry keeps the latest ``SAME_NUMBER_REQUESTS_MAX`` requests
    committed under the client's latest number, so a retry of any of them is still a
    duplicate answered with its own reply.
+7. A late copy of a login never ends a newer session. The Iggy wire numbers every
+   register 0; a client that numbers its registers like any request (the simulator's)
+   logs in under growing numbers, its first login under 0. A register numbered below the
+   one that opened the entry's session, request 0 included, is therefore a copy of an
+   older login still in the network (duplicated or retried), and is STALE: judged new,
+   it would supersede the session the client holds, and abort whatever the client has in
+   flight. It cannot be told apart from a client that restarted under the same client id
+   and numbers from 0 again, but invariant 4 already leaves that client out (its next
+   requests, below ``request_max``, would be dropped as stale): a client that starts
+   numbering again takes a new client id, as the SDK does when it abandons or forgets a
+   session and the runtime's system client does in each process. On the wire the entry's
+   register is numbered 0 as well, so this never applies there: a second login as another
+   user still opens a new session.
+8. A register is never dropped but as such a late copy. A login the entry does not hold,
+   numbered above the register that opened the entry's session but not above
+   ``request_max`` (or when the entry holds no register, as when it was evicted while the
+   client's write was in flight and that write's commit made it anew), opened or joined a
+   session the table no longer holds, and gets SESSION_EVICTED. A client repeats its
+   login to join its session on another connection and waits for the answer: dropping it
+   would leave the client waiting for good, never told to log in again.
 
 Sessions: a session is the commit op of the client's register in the metadata group, so
 sessions only grow. The metadata group (``registers_sessions``) creates entries by
@@ -55,8 +75,11 @@ requests already in flight):
   original session back; once it has ended (logout, closed connection, eviction, its user
   removed), or if the register opened none, it is NEW: a register that left no live
   session has no effect to protect, so running it again applies nothing twice, and the
-  client id gets a new session. Request 0 or a number above ``request_max`` is NEW too (a
-  new login, which ends the client's previous session); any other number is STALE.
+  client id gets a new session. A number above ``request_max`` is NEW too (a new login,
+  which ends the client's previous session). A number below that of the register that
+  opened the entry's session, 0 included, is STALE (invariant 7). Otherwise request 0 is
+  NEW (on the wire every login is 0: one as another user, or one into an entry that holds
+  no register) and any other number is SESSION_EVICTED (invariant 8).
 * Any other request. From an unknown client: SESSION_EVICTED at or below
   ``session_evicted_max``, else NO_SESSION in the metadata group (or with session 0) and
   NEW in a partition group. From a session below the entry's: SESSION_EVICTED. From one
@@ -318,9 +341,18 @@ class ClientTable:
         ):
             live = self.session_live is None or self.session_live(client_id, entry.session)
             return Verdict.DUPLICATE if live else Verdict.NEW
-        if request == 0 or request > entry.request_max:
+        if request > entry.request_max:
             return Verdict.NEW
-        return Verdict.STALE
+        if entry.register_reply is not None and request < entry.register_request:
+            # An older login than the one that opened the entry's session, request 0
+            # included: a late copy, which must not end that session (invariant 7).
+            return Verdict.STALE
+        if request == 0:
+            return Verdict.NEW  # the wire's login: as another user, or no register held
+        # Numbered after the register the entry holds, or the entry holds none: the session
+        # this login opened or joined is not the entry's. Its client waits for the answer,
+        # so it is told to log in again, never left waiting (invariant 8).
+        return Verdict.SESSION_EVICTED
 
     def cached_reply(
         self,

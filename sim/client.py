@@ -15,7 +15,11 @@ Invariants:
    applied) and the client registers again. A login is the one request a client sends
    beside its outstanding one: the login that opened its session, repeated on a
    connection that refused a request as not logged in there (40), so that connection joins
-   the session (the client table answers it with the same session while it lives).
+   the session (the client table answers it with the same session while it lives). An
+   answer to that repeat which says the session is gone (an eviction, or another session)
+   is taken for the loss of the session, as a session error to the outstanding request
+   is: the request is abandoned and the client logs in again. A client is never left
+   waiting on a session it no longer holds.
 3. Every random choice comes from the client's own stream; a client never reads the
    cluster's state directly, only replies.
 4. A *number reuser* (``WorkloadOptions.number_reusers``) numbers its partition requests
@@ -587,30 +591,49 @@ class Client:
         self.outbox.append((hint, pending.request))
 
     def _session_lost(self) -> None:
+        """Forget the session and log in again; what was pending under it is abandoned
+        first (``_abandon``)."""
         self.session = 0
         self.login = None
+        # Before the root user exists only a system session works: open a new one, as the
+        # runtime's system client does when its session is lost.
         self.step = 0 if self.role is Role.OPERATOR and self.step < 3 else 3
+
+    def _abandon(self, pending: Pending) -> None:
+        """Give up ``pending`` with the session it ran under: it may or may not have been
+        applied (invariant 2)."""
+        self.reporter.on_abandoned(self, pending)
+        self.abandoned += 1
+        self.pending = None
+        if pending.kind in CHURN or pending.topic != TOPIC_ID:
+            self.churns_left = 0  # where the churn stood is unknown: it ends here
+
+    def _login_lost(self, reply: ClientReply) -> bool:
+        """Whether ``reply``, to the login that opened the current session (repeated to
+        join it on another connection), says the session is gone."""
+        login = self.login
+        if login is None or reply.request != login.request:
+            return False
+        # Told so (its session was evicted or superseded), or it opened a new session: the
+        # one this client had ended (its connection closed).
+        return bool(reply.error) or reply.op not in (0, self.session)
 
     def on_reply(self, tick: int, node: int, reply: ClientReply) -> None:
         if self.role is Role.PROBE:
             self.replies.append((node, reply))
             return
         pending = self.pending
+        if self._login_lost(reply):
+            # What was pending under the session may or may not have been applied: abandon
+            # it, and log in again. The answer names the join, not the pending request, so
+            # nothing below would take it, and the client would wait on a lost session.
+            if pending is not None:
+                self._abandon(pending)
+            self._session_lost()
+            return
         login = self.login
-        if login is not None and reply.request == login.request and reply.op:
-            if reply.op != self.session and not reply.error:
-                # A repeated login opened a new session: the one this client had ended
-                # (its connection closed). What was pending under it may or may not have
-                # been applied: abandon it, and log in again.
-                if pending is not None:
-                    self.reporter.on_abandoned(self, pending)
-                    self.abandoned += 1
-                    self.pending = None
-                    if pending.kind in CHURN or pending.topic != TOPIC_ID:
-                        self.churns_left = 0
-                self._session_lost()
-            if pending is None or pending.kind is not Kind.LOGIN:
-                return
+        if login is not None and reply.request == login.request:
+            return  # the session lives (or the join was refused: the next 40 sends it again)
         if pending is None or reply.request != pending.request.request:
             return  # a duplicate, or the answer to an attempt we already got an answer to
         named = reply.request_checksum
@@ -619,13 +642,7 @@ class Client:
         if reply.error:
             # The session is gone (evicted or superseded): the request may or may not have
             # been applied. Abandon it and log in again.
-            self.reporter.on_abandoned(self, pending)
-            self.abandoned += 1
-            self.pending = None
-            if pending.kind in CHURN or pending.topic != TOPIC_ID:
-                self.churns_left = 0  # where the churn stood is unknown: it ends here
-            # Before the root user exists only a system session works: open a new one,
-            # as the runtime's system client does when its session is lost.
+            self._abandon(pending)
             self._session_lost()
             return
         if reply.status == UNAUTHENTICATED and pending.kind is not Kind.LOGIN:

@@ -205,15 +205,62 @@ def test_registers_that_carry_growing_request_numbers_are_judged_by_number() -> 
     _register(table, 5, 1, request=3)
     assert _judge(table, 1, 0, 3, register=True) is Verdict.DUPLICATE
     assert _judge(table, 1, 0, 2, register=True) is Verdict.STALE
+    assert _judge(table, 1, 0, 0, register=True) is Verdict.STALE  # its first login's copy
     assert _judge(table, 1, 0, 4, register=True) is Verdict.NEW
     table.commit(_committed(6, 1, 5, 4), b"w", register=False)
-    assert _judge(table, 1, 0, 4, register=True) is Verdict.STALE  # now the write's number
+    # Now the write's number: no login the entry holds, and not a late copy of one either
+    # (it is above the register's 3), so the client is told to log in again.
+    assert _judge(table, 1, 0, 4, register=True) is Verdict.SESSION_EVICTED
     assert _judge(table, 1, 0, 5, register=True) is Verdict.NEW
     _register(table, 7, 1, request=5)
+    assert _judge(table, 1, 0, 3, register=True) is Verdict.STALE
+    assert _judge(table, 1, 0, 4, register=True) is Verdict.STALE
     # A write whose number only a register used is no retry of anything: never a
     # register's reply for a write.
     assert _judge(table, 1, 7, 5, register=False) is Verdict.STALE
     assert _judge(table, 1, 7, 6, register=False) is Verdict.NEW
+
+
+def test_a_late_copy_of_a_first_login_does_not_end_a_later_login_session() -> None:
+    """A client that numbers its registers logged in under 0, wrote, and logged in again
+    under 4: a copy of its first login that arrives now is stale, whether the session it
+    would supersede lives or not (invariant 7), and a repeat of the later login still gets
+    its session back."""
+    table, sessions = _metadata_table()
+    _register(table, 5, 1)
+    sessions.held[1] = 5
+    for op, request in ((6, 1), (7, 2), (8, 3)):
+        table.commit(_committed(op, 1, 5, request), b"w%d" % request, register=False)
+    _register(table, 9, 1, request=4)
+    sessions.held[1] = 9
+    assert _judge(table, 1, 0, REGISTER_REQUEST, register=True) is Verdict.STALE
+    del sessions.held[1]
+    assert _judge(table, 1, 0, REGISTER_REQUEST, register=True) is Verdict.STALE
+    sessions.held[1] = 9
+    assert _judge(table, 1, 0, 4, register=True) is Verdict.DUPLICATE
+    assert table.cached_reply(1, register=True).session == 9
+
+
+def test_a_login_whose_session_the_entry_does_not_hold_is_told_to_log_in_again() -> None:
+    """Never dropped (invariant 8): the client repeats the login to join its session on
+    another connection and waits for the answer."""
+    # A register committed out of the client's order ended the session of its login 4.
+    table, _ = _metadata_table()
+    _register(table, 5, 1)
+    table.commit(_committed(6, 1, 5, 3), b"w3", register=False)
+    _register(table, 9, 1, request=4)
+    table.commit(_committed(10, 1, 9, 5), b"w5", register=False)
+    _register(table, 11, 1)
+    assert _judge(table, 1, 0, 4, register=True) is Verdict.SESSION_EVICTED
+    assert _judge(table, 1, 9, 6, register=False) is Verdict.SESSION_EVICTED
+    assert _judge(table, 1, 0, 6, register=True) is Verdict.NEW  # its next login
+    # An entry made anew by a write (evicted while the write was in flight) holds no
+    # register: the login that opened the write's session is not there to repeat.
+    table, _ = _metadata_table()
+    table.commit(_committed(6, 1, 5, 7), b"w7", register=False)
+    assert _judge(table, 1, 0, 4, register=True) is Verdict.SESSION_EVICTED
+    assert _judge(table, 1, 0, REGISTER_REQUEST, register=True) is Verdict.NEW  # the wire's
+    assert _judge(table, 1, 0, 8, register=True) is Verdict.NEW
 
 
 def test_a_register_keeps_the_client_request_numbers() -> None:
@@ -440,12 +487,18 @@ TestClientTableMachine = ClientTableMachine.TestCase
 
 METADATA, PARTITION = 0, 1
 CLIENTS = (1, 2, 3, 4)
+NUMBERING_CLIENTS = (3, 4)
+"""Clients that number their registers like any request, from 0 (the simulator's); the
+others send request 0 on every register, as the Iggy wire does."""
 
 
 class _Client:
-    def __init__(self) -> None:
+    def __init__(self, *, numbers_registers: bool) -> None:
         self.session = 0  # the session the client holds, as far as it knows
-        self.request_next = 1  # grows across all the client's sessions
+        # Grows across all the client's sessions (its registers' too, if it numbers them).
+        self.request_next = 0 if numbers_registers else 1
+        self.numbers_registers = numbers_registers
+        self.logins: list[int] = []  # the numbers of its registers, if it numbers them
         self.in_doubt: tuple[int, int] | None = None  # (group, request) without a reply
         self.register_in_doubt = False
 
@@ -453,13 +506,17 @@ class _Client:
 class SessionsMachine(RuleBasedStateMachine):
     """Clients of one metadata group and one partition group, with tables smaller than the
     client count: they register (request 0, as on the wire), write, lose replies and retry,
-    under a new session too; the application ends sessions behind their backs.
+    under a new session too; the application ends sessions behind their backs. Some
+    clients number their registers like any request instead, repeat their login to join
+    their session, and meet late copies of their older logins.
 
     What must hold: nothing is applied twice unless the client's entry in that group was
     evicted in between (the documented bound); a retried register gets its session back
     while it lives, and any register from a client id whose session ended opens a new one;
-    a register is never dropped; a fresh request of a registered client is never refused
-    while its entry is held."""
+    a register is never dropped unless it is a late copy of an older login, and such a
+    copy is dropped (it never ends the session) while the entry holds the client's latest
+    login; a fresh request of a registered client is never refused while its entry is
+    held."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -469,10 +526,12 @@ class SessionsMachine(RuleBasedStateMachine):
             PARTITION: ClientTable(3, registers_sessions=False),
         }
         self.ops = {METADATA: 0, PARTITION: 0}
-        self.clients = {c: _Client() for c in CLIENTS}
+        self.clients = {c: _Client(numbers_registers=c in NUMBERING_CLIENTS) for c in CLIENTS}
         self.evictions: dict[tuple[int, int], int] = {}  # (group, client) -> count
         # (group, client, request) -> eviction count of that entry when it was applied
         self.applied: dict[tuple[int, int, int], int] = {}
+        # client -> the session a late copy of its login opened (the documented bound)
+        self.copy_sessions: dict[int, int] = {}
 
     def _commit(
         self, group: int, client_id: int, session: int, request: int, *, register: bool
@@ -493,19 +552,75 @@ class SessionsMachine(RuleBasedStateMachine):
         table = self.tables[METADATA]
         entry = table.get(client_id)
         held = self.sessions.held.get(client_id)
-        verdict = _judge(table, client_id, 0, REGISTER_REQUEST, register=True)
+        request = REGISTER_REQUEST
+        if client.numbers_registers:
+            if client.register_in_doubt:
+                request = client.logins[-1]  # the retry
+            else:
+                request = client.request_next
+                client.request_next += 1
+                client.logins.append(request)
+        verdict = _judge(table, client_id, 0, request, register=True)
         if verdict is Verdict.DUPLICATE:
             assert entry is not None and held == entry.session, "an ended session came back"
             session = table.cached_reply(client_id, register=True).session
             assert session == held
         else:
             assert verdict is Verdict.NEW, f"a register was judged {verdict}"
-            if client.register_in_doubt and held is not None and entry is not None:
+            copied = held is not None and held == self.copy_sessions.get(client_id)
+            if client.register_in_doubt and held is not None and entry is not None and not copied:
                 raise AssertionError("a retried register opened a second live session")
-            session = self._commit(METADATA, client_id, 0, REGISTER_REQUEST, register=True)
+            session = self._commit(METADATA, client_id, 0, request, register=True)
             self.sessions.held[client_id] = session  # registering again ends the old one
         client.register_in_doubt = lose_reply
         client.session = 0 if lose_reply else session
+
+    @rule(client_id=st.sampled_from(NUMBERING_CLIENTS))
+    def join(self, client_id: int) -> None:
+        """The client repeats the login that opened its session, as on a connection that
+        has not joined it: it waits for the answer, so it is never dropped."""
+        client = self.clients[client_id]
+        if client.session == 0:
+            return
+        table = self.tables[METADATA]
+        verdict = _judge(table, client_id, 0, client.logins[-1], register=True)
+        assert verdict is not Verdict.STALE, "a client's login to join its session dropped"
+        if verdict is Verdict.DUPLICATE:
+            assert table.cached_reply(client_id, register=True).session == client.session
+            return
+        if verdict is Verdict.NEW:
+            # The session had ended: the login opens another, which the client takes for
+            # the loss of its own (what it had in flight may or may not be applied).
+            self.sessions.held[client_id] = self._commit(
+                METADATA, client_id, 0, client.logins[-1], register=True
+            )
+        else:
+            assert verdict is Verdict.SESSION_EVICTED, verdict
+        client.session = 0
+
+    @rule(client_id=st.sampled_from(NUMBERING_CLIENTS), which=st.integers(0, 7))
+    def late_login_copy(self, client_id: int, which: int) -> None:
+        """A copy of one of the client's older logins, late in the network."""
+        client = self.clients[client_id]
+        if len(client.logins) < 2:
+            return
+        request = client.logins[which % (len(client.logins) - 1)]
+        table = self.tables[METADATA]
+        entry = table.get(client_id)
+        verdict = _judge(table, client_id, 0, request, register=True)
+        # While the entry holds the client's latest login, an older one is a late copy.
+        if (
+            entry is not None
+            and entry.register_reply is not None
+            and entry.register_request == client.logins[-1]
+        ):
+            assert verdict is Verdict.STALE, f"a late login copy was judged {verdict}"
+        if verdict is Verdict.NEW:
+            # Into an entry that forgot the client's numbers (evicted): the documented
+            # bound. The copy opens a session, which ends the client's.
+            session = self._commit(METADATA, client_id, 0, request, register=True)
+            self.sessions.held[client_id] = session
+            self.copy_sessions[client_id] = session
 
     @rule(client_id=st.sampled_from(CLIENTS))
     def end_session(self, client_id: int) -> None:

@@ -24,6 +24,11 @@
    an earlier one did not) refused itself a vote, as a damaged replica of a larger group
    must, and then, with nobody to ask, started a view change regardless and tripped its
    own assertion (simulator seed 327, ``tests/sim/test_found_schedules.py``).
+7. A copy of a client's first login (request 0), late in the network, was judged a new
+   login after the client had logged in again under a higher number, and superseded its
+   live session; the client's repeated login, to join its session on another connection,
+   was then judged stale and dropped every time, and the client was never told to log in
+   again (simulator seed 418 of an earlier workload).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from consensus.events import Action, MessageReceived, PrepareWritten, SendToRepl
 from consensus.messages import DoViewChange, Prepare, PrepareOk, StartViewChange
 from consensus.replica import Replica, Status
 from consensus.testing import LedgerStateMachine, MemoryLog
-from tests.consensus.harness import TEST_CONFIG, Cluster, Node
+from tests.consensus.harness import REGISTER, TEST_CONFIG, Cluster, Node
 from tests.consensus.test_replica_handlers import _prepares
 
 CLIENTS = (1, 2, 3)
@@ -282,4 +287,50 @@ def test_lone_replica_restarts_over_a_hole_its_power_loss_left() -> None:
     cluster.request(2, 1)
     cluster.run_until(lambda: cluster.committed(1, 4) and cluster.committed(2, 1))
     assert [e.request for e in lone.state_machine.applied][:3] == [1, 2, 3]
+    cluster.check_safety()
+
+
+_LOGIN = b"login as the same user"  # a register's digest names its user: every login alike
+
+
+def _register(cluster: Cluster, client: int, request: int) -> int:
+    """Commit a login of ``client`` numbered ``request``; its session (the register's op)."""
+    cluster.request(client, request, _LOGIN, session=0, operation=REGISTER)
+    cluster.run_until(lambda: cluster.committed(client, request))
+    return cluster.replies_for(client, request)[-1].op
+
+
+def test_a_late_copy_of_a_first_login_neither_ends_a_newer_session_nor_locks_out() -> None:
+    """client table: a client that numbers its registers like any request logs in (request
+    0), writes, logs in again (request 4) and writes under that session; then a copy of
+    its first login, held up in the network, reaches the primary. It used to be judged a
+    new login and commit, superseding the client's live session; the client's repeated
+    login (request 4, joining its session on another connection) was then judged stale
+    and dropped, every time: the client never heard of its session again."""
+    cluster = Cluster(3, seed=14, register_operation=REGISTER)
+    client = 9
+    first = _register(cluster, client, 0)
+    for request in (1, 2, 3):
+        cluster.request(client, request, session=first)
+        cluster.run_until(lambda r=request: cluster.committed(client, r))  # type: ignore[misc]
+    session = _register(cluster, client, 4)
+    cluster.request(client, 5, session=session)
+    cluster.run_until(lambda: cluster.committed(client, 5))
+    applied = len(cluster.nodes[0].state_machine.applied)
+    # The late copy of request 0: not a login, as the client's numbers say (it logged in
+    # at 4 since), so it is dropped and applies nothing.
+    replies = len(cluster.replies)
+    cluster.request(client, 0, _LOGIN, session=0, operation=REGISTER)
+    cluster.settle()
+    cluster.tick(TEST_CONFIG.commit_interval_ticks)
+    assert cluster.replies[replies:] == []
+    assert len(cluster.nodes[0].state_machine.applied) == applied
+    # The client's repeated login gets its session back, and its session works.
+    cluster.request(client, 4, _LOGIN, session=0, operation=REGISTER)
+    cluster.settle()
+    joined = [r for r in cluster.replies[replies:] if r.request == 4]
+    assert joined and all(r.error is None and r.op == session for r in joined)
+    cluster.request(client, 6, session=session)
+    cluster.run_until(lambda: cluster.committed(client, 6))
+    assert all(r.error is None for r in cluster.replies_for(client, 6))
     cluster.check_safety()
