@@ -805,6 +805,11 @@ class Journal:
             count += 1
         return self._retire_oldest(count)
 
+    def retain_due(self, op: int) -> bool:
+        """Whether :meth:`retain` of ``op`` would delete anything now: O(1), for a host
+        that asks after every step. Safe while a sync runs (it only reads)."""
+        return len(self._segments) > 1 and self._segments[0].op_last < min(op, self._op_durable)
+
     def enforce_retention(
         self,
         *,

@@ -740,7 +740,19 @@ class GroupHost:
                 self.counters.checkpoints += 1
         if execution.rebuild_index and self.partition_machine is not None:
             self.partition_machine.rebuild_index()  # its repaired messages can be polled again
+        if self.partition_machine is not None:
+            await self._retain(store, self.partition_machine)
         return execution.written_event()
+
+    async def _retain(self, store: GroupStore, machine: PartitionMachine) -> None:
+        """Delete the journal segments that hold only data below the partition's retained
+        start (a committed ``RetainPartition`` or purge), but never an op after the
+        durable checkpoint: a restart restores the checkpoint and replays every op after
+        it from the journal."""
+        floor = min(machine.state.retention_floor_op(), store.superblock.state.checkpoint + 1)
+        if store.retain_due(floor):
+            retain = partial(self._with_journal_busy, store.retain, floor)
+            await self._storage_action("retention", retain)
 
     def _name(self) -> str:
         p = self.partition
