@@ -352,6 +352,7 @@ class GroupHost:
         self._stopping = False
         self._view_seen: tuple[int, Status] | None = None
         self._transfer_seen: int | None = None
+        self._retained_start_seen = 0
 
     # -- posting (any task) -----------------------------------------------------------------
 
@@ -749,7 +750,13 @@ class GroupHost:
         start (a committed ``RetainPartition`` or purge), but never an op after the
         durable checkpoint: a restart restores the checkpoint and replays every op after
         it from the journal."""
-        floor = min(machine.state.retention_floor_op(), store.superblock.state.checkpoint + 1)
+        retired_below = machine.state.retention_floor_op()
+        if machine.state.retained_start != self._retained_start_seen:
+            # Once per purge or retention (not per op: a partition without messages would
+            # seal a segment per consumer offset store).
+            self._retained_start_seen = machine.state.retained_start
+            store.seal_if_retired(retired_below)
+        floor = min(retired_below, store.superblock.state.checkpoint + 1)
         if store.retain_due(floor):
             retain = partial(self._with_journal_busy, store.retain, floor)
             await self._storage_action("retention", retain)

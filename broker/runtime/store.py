@@ -327,6 +327,12 @@ class GroupStore:
         """Whether ``retain(op)`` would delete a segment now (cheap; any task)."""
         return not self._journal_reset_pending and self.journal.retain_due(op)
 
+    def seal_if_retired(self, op: int) -> None:
+        """Seal the open segment when every record it holds is below ``op`` (a purge
+        retired them all), so that ``retain`` may delete it too later; cheap (any task)."""
+        if not self._journal_reset_pending and op > self.journal.op_head > 0:
+            self.journal.roll()
+
     def retain(self, op: int) -> int:
         """Delete the journal's whole sealed segments below ``op`` (``Journal.retain``:
         crash-safe, directory synced); returns how many went. Blocks on the disk; run only
