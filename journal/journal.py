@@ -22,7 +22,9 @@ Invariants:
 5. Retention deletes only whole sealed segments, oldest first, and only segments whose
    last op is below both ``commit`` and ``op_durable``: the first retained record is then
    committed and durable, so it is never truncated nor torn, and the journal never loses
-   track of where its ops and offsets start.
+   track of where its ops and offsets start. The new start is durable
+   (``journal.retained``) before the first file goes, so a crash between two unlinks
+   recovers to that start, never to a journal with a hole.
 6. Damaged records (``faulty_regions``) keep their slots; reads of them raise
    ``RecordFaulty`` and ``repair`` is the only way to fill them.
 7. O(1) descriptors: a journal keeps open the active segment's log and index, the files
@@ -53,8 +55,8 @@ half (or ``abandon_sync``) is called the sync is in flight.
 An append that runs during a sync lands either before the snapshot (then it is covered) or
 after it (then the next sync covers it); ``op_durable`` never claims an op the sync did not
 cover. Appends publish ``op_head`` last, after their bytes and any new segment are in
-place, which is what makes (a) safe. ``truncate``, ``repair``, ``enforce_retention`` and
-``close`` must not run while a sync is in flight, and only one sync may run at a time;
+place, which is what makes (a) safe. ``truncate``, ``repair``, ``retain``, ``enforce_retention``
+and ``close`` must not run while a sync is in flight, and only one sync may run at a time;
 each asserts this. The contract relies on single attribute reads and writes and
 ``list`` slicing being atomic, which the interpreter guarantees; the journal takes no locks
 and imports no threading.
@@ -106,6 +108,7 @@ from journal.record import (
     parse_header,
 )
 from journal.recovery import FaultyRegion, RecoveryReport, recover
+from journal.retained import RetainedStart, remove_retained, write_retained
 from journal.segment import INDEX_SUFFIX, LOG_SUFFIX, Segment, segment_stem
 from journal.storage_api import Storage, StorageFile
 
@@ -608,6 +611,10 @@ class Journal:
                 segment = self._segments.pop()
                 self._close_and_remove(segment)
                 removed = True
+            if not self._segments and remove_retained(self._storage):
+                # An empty journal may start anywhere: a retained start must not outlive
+                # the segments it protected (``journal.retained``, invariant 2).
+                removed = True
             if removed:
                 self._sync_directory()
             if self._segments:
@@ -763,6 +770,46 @@ class Journal:
         self._release_sealed()
         self._check_invariants()
 
+    def retain(self, op: int) -> list[SegmentInfo]:
+        """Deletes the oldest sealed segments whose records all lie below ``op``.
+
+        This is how a replicated "retain from" decision is carried out: the caller names the
+        first op it must keep, and every replica deletes the whole sealed segments below it
+        (a segment straddling ``op`` stays whole). Segments go only under invariant 5: the
+        first record kept is below both ``op_durable`` and, as the caller promises by
+        naming it, the commit. The active segment is never deleted. Crash-safe: the new
+        start is recorded durably first (``journal.retained``), then the files go and the
+        directory is synced once; recovery finishes an interrupted deletion.
+
+        Args:
+            op: The first op to keep; ops below it are no longer needed by the caller.
+
+        Returns:
+            The deleted segments, oldest first (at most ``RETENTION_SEGMENTS_PER_CALL_MAX``;
+            call again for more).
+
+        Raises:
+            JournalBroken: An earlier storage failure.
+            OSError: The storage failed; the journal is broken from now on.
+        """
+        self._check_writable()
+        assert not self._sync_in_flight, "retention must not overlap a sync"
+        assert op >= 0
+        op_retired_max = min(op, self._op_durable) - 1
+        count = 0
+        while (
+            count < len(self._segments) - 1
+            and count < RETENTION_SEGMENTS_PER_CALL_MAX
+            and self._segments[count].op_last <= op_retired_max
+        ):
+            count += 1
+        return self._retire_oldest(count)
+
+    def retain_due(self, op: int) -> bool:
+        """Whether :meth:`retain` of ``op`` would delete anything now: O(1), for a host
+        that asks after every step. Safe while a sync runs (it only reads)."""
+        return len(self._segments) > 1 and self._segments[0].op_last < min(op, self._op_durable)
+
     def enforce_retention(
         self,
         *,
@@ -777,6 +824,7 @@ class Journal:
         ``op_durable`` (invariant 5), and either its newest timestamp plus ``expiry_us`` is
         at most ``now_us`` or the journal's bytes exceed ``size_bytes_max``. The active
         segment is never deleted; deletion stops at the first segment that must stay.
+        Local and time-driven: a replicated log decides with :meth:`retain` instead.
 
         Args:
             now_us: The current time, as the caller's clock has it.
@@ -795,36 +843,47 @@ class Journal:
         assert not self._sync_in_flight, "retention must not overlap a sync"
         assert expiry_us is None or expiry_us >= 0
         assert size_bytes_max is None or size_bytes_max >= 0
-        deleted: list[SegmentInfo] = []
         size_total = sum(segment.size_bytes for segment in self._segments)
         op_retired_max = min(commit, self._op_durable) - 1
-        while len(self._segments) > 1 and len(deleted) < RETENTION_SEGMENTS_PER_CALL_MAX:
-            oldest = self._segments[0]
+        count = 0
+        while count < len(self._segments) - 1 and count < RETENTION_SEGMENTS_PER_CALL_MAX:
+            oldest = self._segments[count]
             if oldest.op_last > op_retired_max:
                 break
             expired = expiry_us is not None and oldest.timestamp_max_us + expiry_us <= now_us
             oversize = size_bytes_max is not None and size_total > size_bytes_max
             if not (expired or oversize):
                 break
-            info = _info(oldest, sealed=True)
-            try:
-                self._close_and_remove(oldest)
-                # One segment at a time, so a crash leaves a suffix, never a gap.
-                self._sync_directory()
-            except OSError:
-                self._broken = "retention failed"
-                raise
-            del self._segments[0]
-            del self._timestamps_max[0]
-            self._faulty = [
-                region
-                for region in self._faulty
-                if region.segment_offset_base != oldest.offset_base
-            ]
             size_total -= oldest.size_bytes
-            deleted.append(info)
-        if deleted:
-            self._rebuild_timestamps_max()
+            count += 1
+        return self._retire_oldest(count)
+
+    def _retire_oldest(self, count: int) -> list[SegmentInfo]:
+        """Deletes the ``count`` oldest segments, all sealed, crash-safe (see ``retain``)."""
+        assert 0 <= count < len(self._segments) or count == 0
+        if count == 0:
+            self._check_invariants()
+            return []
+        gone = self._segments[:count]
+        first_kept = self._segments[count]
+        deleted = [_info(segment, sealed=True) for segment in gone]
+        try:
+            # Durable before any unlink: a crash between two unlinks may keep any subset
+            # of them, and recovery must know they were meant to go rather than take the
+            # survivors for a journal with a hole in it.
+            write_retained(self._storage, RetainedStart(first_kept.offset_base, first_kept.op_base))
+            for segment in gone:
+                self._close_and_remove(segment)
+            self._sync_directory()
+        except OSError:
+            self._broken = "retention failed"
+            raise
+        del self._segments[:count]
+        retired = {segment.offset_base for segment in gone}
+        self._faulty = [
+            region for region in self._faulty if region.segment_offset_base not in retired
+        ]
+        self._rebuild_timestamps_max()
         self._check_invariants()
         return deleted
 

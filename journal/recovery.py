@@ -67,6 +67,7 @@ from typing import Final
 from journal.errors import RecoveryError
 from journal.index import INDEX_ENTRY_SIZE, IndexEntry, encode_entries, parse_entries
 from journal.record import RECORD_HEADER_SIZE, RecordHeader, body_matches, parse_header
+from journal.retained import RETAINED_NAME, RETAINED_TMP_NAME, RetainedStart, read_retained
 from journal.segment import (
     INDEX_SUFFIX,
     INDEX_TMP_SUFFIX,
@@ -531,6 +532,34 @@ def _reconcile_index(
     return storage.open(stem + INDEX_SUFFIX)
 
 
+def _finish_retention(storage: Storage, files_removed: list[str]) -> RetainedStart | None:
+    """Rule 0: the retained start recorded before an unfinished retention, if any; a write
+    of it that never reached its rename is removed.
+
+    Raises:
+        RecoveryError: the record is damaged (``journal.retained``, invariant 3).
+    """
+    if RETAINED_TMP_NAME in storage.names():
+        storage.remove(RETAINED_TMP_NAME)
+        files_removed.append(RETAINED_TMP_NAME)
+    retained = read_retained(storage)
+    if retained is None:
+        return None
+    kept = [
+        parsed[0]
+        for name in storage.names()
+        if (parsed := parse_segment_name(name)) is not None and parsed[1] == LOG_SUFFIX
+    ]
+    if not any(offset_base >= retained.offset for offset_base in kept):
+        # Nothing at or above the start is left to protect (every segment went, to a
+        # truncation that crashed before it removed the record): a fresh journal may start
+        # anywhere, so the record must not outlive its segments.
+        storage.remove(RETAINED_NAME)
+        files_removed.append(RETAINED_NAME)
+        return None
+    return retained
+
+
 def recover(storage: Storage, *, keep_sealed_files_open: bool = False) -> Recovered:
     """Opens and checks every segment of ``storage``; see the module doc.
 
@@ -546,11 +575,18 @@ def recover(storage: Storage, *, keep_sealed_files_open: bool = False) -> Recove
     files_removed: list[str] = []
     logs: dict[int, str] = {}
     indexes: dict[int, str] = {}
+    retained = _finish_retention(storage, files_removed)
     for name in storage.names():
         parsed = parse_segment_name(name)
         if parsed is None:
             continue  # Not ours: superblock copies, snapshots, whatever lives beside us.
         offset_base, suffix = parsed
+        if retained is not None and offset_base < retained.offset:
+            # Retention recorded that it keeps nothing below its start, then crashed
+            # between unlinks: finish its work (any subset of them may have survived).
+            storage.remove(name)
+            files_removed.append(name)
+            continue
         if suffix == LOG_SUFFIX:
             logs[offset_base] = name
         elif suffix == INDEX_SUFFIX:

@@ -352,6 +352,7 @@ class GroupHost:
         self._stopping = False
         self._view_seen: tuple[int, Status] | None = None
         self._transfer_seen: int | None = None
+        self._retained_start_seen = 0
 
     # -- posting (any task) -----------------------------------------------------------------
 
@@ -740,7 +741,25 @@ class GroupHost:
                 self.counters.checkpoints += 1
         if execution.rebuild_index and self.partition_machine is not None:
             self.partition_machine.rebuild_index()  # its repaired messages can be polled again
+        if self.partition_machine is not None:
+            await self._retain(store, self.partition_machine)
         return execution.written_event()
+
+    async def _retain(self, store: GroupStore, machine: PartitionMachine) -> None:
+        """Delete the journal segments that hold only data below the partition's retained
+        start (a committed ``RetainPartition`` or purge), but never an op after the
+        durable checkpoint: a restart restores the checkpoint and replays every op after
+        it from the journal."""
+        retired_below = machine.state.retention_floor_op()
+        if machine.state.retained_start != self._retained_start_seen:
+            # Once per purge or retention (not per op: a partition without messages would
+            # seal a segment per consumer offset store).
+            self._retained_start_seen = machine.state.retained_start
+            store.seal_if_retired(retired_below)
+        floor = min(retired_below, store.superblock.state.checkpoint + 1)
+        if store.retain_due(floor):
+            retain = partial(self._with_journal_busy, store.retain, floor)
+            await self._storage_action("retention", retain)
 
     def _name(self) -> str:
         p = self.partition

@@ -323,6 +323,25 @@ class GroupStore:
         ``broker.state.records.restore_prepare``). Blocks on the disk."""
         restore_prepare(self.journal, prepare)
 
+    def retain_due(self, op: int) -> bool:
+        """Whether ``retain(op)`` would delete a segment now (cheap; any task)."""
+        return not self._journal_reset_pending and self.journal.retain_due(op)
+
+    def seal_if_retired(self, op: int) -> None:
+        """Seal the open segment when every record it holds is below ``op`` (a purge
+        retired them all), so that ``retain`` may delete it too later; cheap (any task)."""
+        if not self._journal_reset_pending and op > self.journal.op_head > 0:
+            self.journal.roll()
+
+    def retain(self, op: int) -> int:
+        """Delete the journal's whole sealed segments below ``op`` (``Journal.retain``:
+        crash-safe, directory synced); returns how many went. Blocks on the disk; run only
+        when no sync is in flight."""
+        deleted = self.journal.retain(op)
+        for cached in [cached for cached in self._cache if cached < self.journal.op_min]:
+            self._forget(cached)
+        return len(deleted)
+
     def write_superblock(self, state: DurableState) -> None:
         """Persist the replica's durable state. Blocks on the disk."""
         commit = max(state.commit, self.superblock.state.commit)

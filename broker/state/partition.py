@@ -10,7 +10,8 @@ Ops of a partition log (``sdk.wire.codes.Operation``):
   ``partition_id``, ``base_offset``, ``base_timestamp`` and a recomputed batch checksum.
 - ``STORE_CONSUMER_OFFSET`` / ``DELETE_CONSUMER_OFFSET``: a small CBOR body; a store names
   the user it counts against (the node that admitted it checked that user's session).
-- ``TRUNCATE_PARTITION``: a purge ordered by the metadata group (CBOR body).
+- ``TRUNCATE_PARTITION``: a purge ordered by the metadata group, or "retain from offset
+  X" proposed by the partition's primary (retention); a CBOR body either way.
 
 Invariants:
 
@@ -25,7 +26,8 @@ Invariants:
    raised to the previous batch's when a new primary's clock is behind, so a timestamp
    poll can binary-search.
 4. Polls read committed data only: nothing at or beyond the committed next offset is
-   returned, and nothing below the purge point.
+   returned, and nothing below the retained start (moved by purges and by retention; it
+   never moves back and never passes the committed head).
 5. Determinism: prepare and apply are functions of their inputs and of the committed state;
    time arrives as ``timestamp_us``. Replies are built from the prepare alone, so every
    replica answers with the same bytes.
@@ -51,8 +53,16 @@ Theory of operation:
   suffix needs no notification: the next prepare reads whatever the log now holds.
 - **Reads**: ``poll`` and ``consumer_offset`` answer from committed state; batches are read
   back from the host's log by op (:class:`PartitionLog`). The committed batch index
-  (op, base offset, count, timestamp) is local, derived state: it is rebuilt from the log
-  after a restore and trimmed by local retention, and is not part of the snapshot.
+  (op, base offset, timestamp, size) is local, derived state: it holds the batches with a
+  message at or above the retained start, is rebuilt from the log after a restore, and is
+  not part of the snapshot.
+- **Retention** is decided in the log, so every replica retains the same messages: the
+  primary proposes ``RetainPartition(offset)`` (``broker.core.retention`` says which
+  offset) and applying it moves the retained start there. The bytes below go later and
+  locally: the host deletes the whole sealed journal segments below
+  :meth:`PartitionState.retention_floor_op` (``journal.Journal.retain``), never above its
+  durable checkpoint, since a restart replays the ops after it. Stored consumer offsets
+  below the retained start stay; a poll below it starts at it, as in Iggy.
 - **Auto-commit**: a poll never changes replicated state (that would make replicas
   diverge); it returns the offset to store and the runtime proposes a
   ``StoreConsumerOffset`` for it, counted against the polling user.
@@ -113,6 +123,12 @@ keeping replies well under the 64 MiB frame limit."""
 
 SNAPSHOT_VERSION = 2
 """2: every stored offset names the user it is charged to."""
+
+RETAIN_TAG = "retain"
+"""Tells a retention's ``TRUNCATE_PARTITION`` body (``[next, timestamp, "retain", offset]``)
+from a purge's (``[next, timestamp, generation]``). Iggy's TruncatePartition is this very
+"retain from offset" (its delete watermark); the purge shares its operation here."""
+
 
 PARTITION_OPERATIONS = (
     Operation.SEND_MESSAGES,
@@ -192,8 +208,16 @@ class PurgePartition:
     generation: int
 
 
+@dataclass(frozen=True, slots=True)
+class RetainPartition:
+    """Retain messages from ``offset`` on (retention): polls no longer return older ones,
+    and every replica may delete the journal segments that hold only those."""
+
+    offset: int
+
+
 PartitionRequest: TypeAlias = (
-    SendMessages | StoreConsumerOffset | DeleteConsumerOffset | PurgePartition
+    SendMessages | StoreConsumerOffset | DeleteConsumerOffset | PurgePartition | RetainPartition
 )
 
 
@@ -308,6 +332,8 @@ def _encode_control(head: Frontier, request: PartitionRequest) -> bytes:
             payload = [int(consumer.kind), consumer.id]
         case PurgePartition(generation):
             payload = [generation]
+        case RetainPartition(offset):
+            payload = [RETAIN_TAG, offset]
         case SendMessages():
             raise AssertionError("a batch is not a control body")
     return cbor2.dumps([head.next_offset, head.timestamp_us, *payload], canonical=True)
@@ -329,6 +355,10 @@ def _decode_control(operation: int, body: Buffer) -> tuple[Frontier, PartitionRe
         kind, consumer_id = rest
         return head, DeleteConsumerOffset(ConsumerKey(ConsumerKind(kind), consumer_id))
     if operation == Operation.TRUNCATE_PARTITION:
+        if len(rest) == 2:
+            tag, offset = rest
+            assert tag == RETAIN_TAG, "a truncation body is a purge or a retention"
+            return head, RetainPartition(offset)
         (generation,) = rest
         return head, PurgePartition(generation)
     raise AssertionError(f"operation {operation} is not a partition operation")
@@ -343,7 +373,7 @@ def operation_of(request: PartitionRequest) -> Operation:
             return Operation.STORE_CONSUMER_OFFSET
         case DeleteConsumerOffset():
             return Operation.DELETE_CONSUMER_OFFSET
-        case PurgePartition():
+        case PurgePartition() | RetainPartition():
             return Operation.TRUNCATE_PARTITION
 
 
@@ -363,16 +393,21 @@ class PartitionState:
         # Replicated state (in the snapshot).
         self._commit_op = 0
         self._frontier = Frontier(0, 0)
-        self._visible_from = 0  # first offset a poll may return (moved by purges)
+        # The retained start: the first offset a poll may return (moved by purges and
+        # retention, never back).
+        self._visible_from = 0
         self._purge_generation = 0
         self._offsets: dict[ConsumerKey, StoredOffset] = {}
         # Derived from ``_offsets``: how many stored offsets each user is charged (users
         # with none have no entry, so it holds at most one entry per stored offset).
         self._charged: dict[int, int] = {}
-        # Local state: the committed batches.
+        # Local state: the committed batches with a message at or above the retained start,
+        # and the sum of their sizes.
         self._index_ops = array("Q")
         self._index_offsets = array("Q")
         self._index_timestamps = array("Q")
+        self._index_sizes = array("Q")
+        self._retained_bytes = 0
 
     # -- properties -----------------------------------------------------------------------
 
@@ -396,11 +431,45 @@ class PartitionState:
 
     @property
     def first_offset(self) -> int:
-        """The oldest offset a poll can still return (after purges and local retention)."""
+        """The oldest offset a poll can still return: the retained start, or the oldest
+        message the log still holds if that is later."""
         first = self._visible_from
         if self._index_offsets:
             first = max(first, self._index_offsets[0])
         return min(first, self._frontier.next_offset)
+
+    @property
+    def retained_start(self) -> int:
+        """The replicated retained start (moved by purges and ``RetainPartition``)."""
+        return self._visible_from
+
+    @property
+    def retained_messages(self) -> int:
+        """Messages a poll can still return: from ``first_offset`` to the head."""
+        return self._frontier.next_offset - self.first_offset
+
+    @property
+    def retained_bytes(self) -> int:
+        """Bytes of the committed batches holding a retained message (a batch that
+        straddles the retained start counts whole; 0 after a purge)."""
+        return self._retained_bytes
+
+    def retention_floor_op(self) -> int:
+        """The first op whose record a replica must keep for this partition's data: the
+        oldest batch holding a retained message, or the op after the commit point when
+        none does. Every record below it holds only messages below the retained start, or
+        a control op already in committed state. (The host also keeps every op after its
+        durable checkpoint, which a restart replays.)"""
+        return self._index_ops[0] if self._index_ops else self._commit_op + 1
+
+    def offset_at_op(self, op: int) -> int:
+        """The first message offset at or after op ``op`` among the committed batches
+        indexed (the next offset when none is): where a journal segment starting at ``op``
+        starts in message offsets, for a retention decision (``broker.core.retention``)."""
+        slot = bisect_left(self._index_ops, op)
+        if slot == len(self._index_ops):
+            return self._frontier.next_offset
+        return max(self._index_offsets[slot], self._visible_from)
 
     def head(self, op: int) -> Frontier:
         """The log head after ``op``: the commit point, or an uncommitted op in the log."""
@@ -440,6 +509,10 @@ class PartitionState:
                 body = _encode_control(before, request)
             case PurgePartition(generation):
                 assert generation >= 0
+                body = _encode_control(before, request)
+            case RetainPartition(offset):
+                if not 0 <= offset <= U64_MAX:
+                    raise StateError(ErrorCode.INVALID_OFFSET, f"retain from {offset}")
                 body = _encode_control(before, request)
         return body
 
@@ -497,6 +570,8 @@ class PartitionState:
             self._index_ops.append(op)
             self._index_offsets.append(header.base_offset)
             self._index_timestamps.append(header.base_timestamp)
+            self._index_sizes.append(len(body))
+            self._retained_bytes += len(body)
             self._frontier = Frontier(
                 header.base_offset + header.message_count, header.base_timestamp
             )
@@ -530,7 +605,14 @@ class PartitionState:
                     self._visible_from = before.next_offset
                     self._offsets.clear()
                     self._charged.clear()
-                    self._forget_index_before(before.next_offset)
+                    self._forget_index_below(before.next_offset)
+            case RetainPartition(offset):
+                # Never back (a late or repeated proposal changes nothing) and never past
+                # the head: what was committed when it was prepared is all it can retire.
+                start = min(offset, before.next_offset)
+                if start > self._visible_from:
+                    self._visible_from = start
+                    self._forget_index_below(start)
             case SendMessages():
                 raise AssertionError("batches are handled above")
         return Applied()
@@ -669,7 +751,7 @@ class PartitionState:
         in ascending op order: after a restore, the batches the log still holds below the
         snapshot; after a repair of damaged committed records, the ones below the hole."""
         first = self._index_ops[0] if self._index_ops else self._commit_op + 1
-        ops, offsets, timestamps = array("Q"), array("Q"), array("Q")
+        ops, offsets, timestamps, sizes = array("Q"), array("Q"), array("Q"), array("Q")
         for op, operation, body in batches:
             assert op < first and (not ops or op > ops[-1]), "older ops, ascending"
             if operation != Operation.SEND_MESSAGES:
@@ -680,22 +762,33 @@ class PartitionState:
             ops.append(op)
             offsets.append(header.base_offset)
             timestamps.append(header.base_timestamp)
+            sizes.append(len(body))
         self._index_ops[0:0] = ops
         self._index_offsets[0:0] = offsets
         self._index_timestamps[0:0] = timestamps
+        self._index_sizes[0:0] = sizes
+        self._retained_bytes += sum(sizes)
 
     def forget_before(self, op: int) -> None:
-        """Drop index entries of ops below ``op`` (local retention deleted them)."""
-        keep = bisect_left(self._index_ops, op)
-        del self._index_ops[:keep]
-        del self._index_offsets[:keep]
-        del self._index_timestamps[:keep]
+        """Drop index entries of ops below ``op`` (their records are gone from the log)."""
+        self._forget_slots(bisect_left(self._index_ops, op))
 
-    def _forget_index_before(self, offset: int) -> None:
-        keep = bisect_left(self._index_offsets, offset)
+    def _forget_index_below(self, offset: int) -> None:
+        """Drop the batches whose messages all lie below ``offset``; one that straddles it
+        stays (its later messages are retained)."""
+        if offset >= self._frontier.next_offset:
+            self._forget_slots(len(self._index_ops))
+            return
+        # Offsets are dense, so batch ``i`` ends where batch ``i + 1`` starts.
+        self._forget_slots(max(0, bisect_right(self._index_offsets, offset) - 1))
+
+    def _forget_slots(self, keep: int) -> None:
+        self._retained_bytes -= sum(self._index_sizes[:keep])
         del self._index_ops[:keep]
         del self._index_offsets[:keep]
         del self._index_timestamps[:keep]
+        del self._index_sizes[:keep]
+        assert self._retained_bytes >= 0
 
     # -- snapshot -------------------------------------------------------------------------
 

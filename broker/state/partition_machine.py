@@ -6,7 +6,7 @@ Purpose: :class:`PartitionMachine` implements ``consensus.protocols.StateMachine
 that turns a client request body into the prepare body, and serves poll and get consumer
 offset from committed local state, never replicated. Beside it, the request bodies it
 takes are built (:func:`resolved_offset_request`, :func:`store_offset_body`,
-:func:`purge_body`) and read (:func:`partition_request`).
+:func:`purge_body`, :func:`retain_body`) and read (:func:`partition_request`).
 
 Invariants:
 
@@ -18,7 +18,7 @@ Invariants:
    partition machine never looks a session up in metadata it may not have applied yet.
 3. Replies are built from the prepare and the committed state alone, so every replica
    returns identical bytes: plain confirmations for SendMessages, result-framed for store
-   and delete consumer offset, empty for a purge.
+   and delete consumer offset, empty for a purge or a retention.
 4. Nothing here reads a clock, draws randomness or touches IO; time arrives as the
    prepare's timestamp.
 """
@@ -32,6 +32,7 @@ import cbor2
 
 from broker.state.errors import NOT_FOUND, ErrorCode, StateError
 from broker.state.partition import (
+    RETAIN_TAG,
     Appended,
     Applied,
     Buffer,
@@ -43,6 +44,7 @@ from broker.state.partition import (
     PollingKind,
     PurgePartition,
     Refused,
+    RetainPartition,
     SendMessages,
     StoreConsumerOffset,
 )
@@ -73,7 +75,8 @@ class PartitionMachine:
     SEND_MESSAGES and DELETE_CONSUMER_OFFSET, routed here by the runtime, and of
     STORE_CONSUMER_OFFSET behind the user id it is charged to (:data:`STORE_USER`);
     consumer groups in them must already name the group by numeric id (see
-    :func:`resolved_offset_request`). ``TRUNCATE_PARTITION`` carries :func:`purge_body`.
+    :func:`resolved_offset_request`). ``TRUNCATE_PARTITION`` carries :func:`purge_body`
+    or :func:`retain_body`.
     """
 
     def __init__(self, stream_id: int, topic_id: int, partition_id: int, log: Log) -> None:
@@ -200,9 +203,15 @@ def partition_request(operation: int, body: bytes) -> PartitionRequest:
             delete = wire.DeleteConsumerOffset.decode(body)
             return DeleteConsumerOffset(_consumer_key(delete.consumer))
         if operation == Operation.TRUNCATE_PARTITION:
-            generation = cbor2.loads(body)
-            assert isinstance(generation, int) and generation >= 0, "purge body is ours"
-            return PurgePartition(generation)
+            # Built by a node's own system request (never a client's: internal operations
+            # are refused at admission), so a body that is neither form is a bug.
+            order = cbor2.loads(body)
+            if isinstance(order, list):
+                assert len(order) == 2 and order[0] == RETAIN_TAG, "retention body is ours"
+                assert isinstance(order[1], int) and order[1] >= 0
+                return RetainPartition(order[1])
+            assert isinstance(order, int) and order >= 0, "purge body is ours"
+            return PurgePartition(order)
     except wire.ProtocolError as error:
         raise StateError(_code(int(error.code)), error.reason) from error
     raise StateError(ErrorCode.INVALID_COMMAND, f"operation {operation} is not a partition op")
@@ -211,6 +220,13 @@ def partition_request(operation: int, body: bytes) -> PartitionRequest:
 def purge_body(generation: int) -> bytes:
     """The body of a ``TRUNCATE_PARTITION`` request ordering a purge of ``generation``."""
     return cbor2.dumps(generation)
+
+
+def retain_body(offset: int) -> bytes:
+    """The body of a ``TRUNCATE_PARTITION`` request to retain messages from ``offset`` on
+    (what the primary proposes when ``broker.core.retention`` says so)."""
+    assert 0 <= offset < 1 << 64
+    return cbor2.dumps([RETAIN_TAG, offset])
 
 
 STORE_USER: Final = struct.Struct(

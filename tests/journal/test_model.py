@@ -288,6 +288,24 @@ class JournalMachine(RuleBasedStateMachine):
             assert self.records
             assert self.journal.op_min == self.records[0].op
 
+    @precondition(lambda self: bool(self.records))
+    @rule(data=st.data())
+    def retain(self, data: st.DataObject) -> None:
+        """A replicated "retain from op" decision: whole sealed segments below it go."""
+        op = data.draw(st.integers(self.records[0].op, self.head + 1), label="retain from op")
+        segments = self.journal.segments()
+        expected = []
+        for info in segments[:-1]:
+            if info.op_last >= min(op, self.durable):
+                break
+            expected.append(info)
+        deleted = self.journal.retain(op)
+        assert deleted == expected
+        event("retain: segments deleted", str(len(deleted)))
+        if deleted:
+            self.records = [spec for spec in self.records if spec.op > deleted[-1].op_last]
+            assert self.journal.op_min == self.records[0].op
+
     @precondition(lambda self: len(self.records) >= 2)
     @rule(data=st.data())
     def damage_and_repair(self, data: st.DataObject) -> None:

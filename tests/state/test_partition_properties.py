@@ -18,9 +18,11 @@ from broker.state.partition import (
     PartitionState,
     PollingKind,
     PurgePartition,
+    RetainPartition,
     SendMessages,
     StoreConsumerOffset,
 )
+from sdk.wire.batch import read_batch
 from sdk.wire.codes import Operation
 from tests.state.partition_helpers import Group, batch, payloads_of
 
@@ -54,6 +56,11 @@ class Purge:
 
 
 @dataclass(frozen=True)
+class Retain:
+    offset_hint: int
+
+
+@dataclass(frozen=True)
 class Commit:
     ops: int  # how many prepared ops to commit (clamped to what is prepared)
 
@@ -66,7 +73,7 @@ class Poll:
     count: int
 
 
-Action = Send | Store | Delete | Purge | Commit | Poll
+Action = Send | Store | Delete | Purge | Retain | Commit | Poll
 
 actions: st.SearchStrategy[Action] = st.one_of(
     st.builds(Send, st.lists(st.integers(0, 40), min_size=1, max_size=4).map(tuple)),
@@ -74,6 +81,7 @@ actions: st.SearchStrategy[Action] = st.one_of(
     st.builds(Store, st.integers(0, 2), st.integers(0, 50), st.integers(1, 2)),
     st.builds(Delete, st.integers(0, 2)),
     st.builds(Purge, st.integers(0, 3)),
+    st.builds(Retain, st.integers(0, 60)),
     st.builds(Commit, st.integers(0, 4)),
     st.builds(Commit, st.integers(0, 4)),
     st.builds(
@@ -86,7 +94,9 @@ actions: st.SearchStrategy[Action] = st.one_of(
 )
 
 
-def _request(action: Send | Store | Delete | Purge, head_next_offset: int) -> PartitionRequest:
+def _request(
+    action: Send | Store | Delete | Purge | Retain, head_next_offset: int
+) -> PartitionRequest:
     match action:
         case Send(sizes):
             return SendMessages(batch(*[bytes([len(sizes)]) * size for size in sizes]))
@@ -96,6 +106,8 @@ def _request(action: Send | Store | Delete | Purge, head_next_offset: int) -> Pa
             return DeleteConsumerOffset(CONSUMERS[consumer])
         case Purge(generation):
             return PurgePartition(generation)
+        case Retain(hint):
+            return RetainPartition(hint % (head_next_offset + 2))
 
 
 def _poll_bytes(state: PartitionState, poll: Poll) -> list[bytes]:
@@ -110,6 +122,7 @@ def test_replicas_agree_and_polls_are_committed_dense_prefixes(
 ) -> None:
     g = Group.of(3)
     committed_messages = 0
+    retained_start = 0
     restored: PartitionState | None = None
     for step, action in enumerate(history):
         if step == restore_at:
@@ -132,6 +145,13 @@ def test_replicas_agree_and_polls_are_committed_dense_prefixes(
                             == results[0][op - first_op]
                         )
                 committed_messages = g.primary.state.frontier.next_offset
+                state = g.primary.state
+                # The retained start never moves back nor past the head, and the bytes
+                # reported are exactly the batches holding a retained message.
+                assert retained_start <= state.retained_start <= committed_messages
+                retained_start = state.retained_start
+                assert state.retained_bytes == _bytes_from(g, state.retained_start)
+                assert state.retained_messages == committed_messages - state.first_offset
             case Poll():
                 polls = [_poll_bytes(r.state, action) for r in g.replicas]
                 assert polls[0] == polls[1] == polls[2]
@@ -142,6 +162,7 @@ def test_replicas_agree_and_polls_are_committed_dense_prefixes(
                 if offsets:
                     assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
                 assert all(offset < committed_messages for offset in offsets)
+                assert all(offset >= retained_start for offset in offsets)
                 assert len(offsets) <= action.count
             case _:
                 head = g.primary.state.head(g.primary.head_op)
@@ -158,6 +179,18 @@ def test_replicas_agree_and_polls_are_committed_dense_prefixes(
     assert [offset for offset, _ in everything] == list(range(len(everything)))
     sent = [len(a.sizes) for a in history if isinstance(a, Send)]
     assert len(everything) == sum(sent)
+
+
+def _bytes_from(g: Group, offset: int) -> int:
+    """Bytes of the committed batches with a message at or above ``offset``."""
+    total = 0
+    for op in range(1, g.primary.state.commit_op + 1):
+        operation, body = g.primary.log.bodies[op]
+        if operation == Operation.SEND_MESSAGES:
+            _, messages = read_batch(body)
+            if messages and messages[-1].offset >= offset:
+                total += len(body)
+    return total
 
 
 def _is_batch(g: Group, op: int) -> bool:
