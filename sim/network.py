@@ -60,9 +60,17 @@ class ClientRequest:
     payload: bytes
 
     @property
+    def operation(self) -> int:
+        """The request's operation; a node-internal command (code 0, the operator's
+        bootstrap) carries its own (a state machine's) in the payload's first four bytes."""
+        if self.code == 0:
+            return int.from_bytes(self.payload[:4], "little")
+        return int(operation_for_code(self.code))
+
+    @property
     def wire_request(self) -> int:
         """The request number the frame carries: 0 for a register, as on the wire."""
-        return 0 if operation_for_code(self.code) is Operation.REGISTER else self.request
+        return 0 if self.operation == Operation.REGISTER else self.request
 
     def frame(self) -> bytes:
         """The request as the client's connection carries it: an Iggy 0.9 request frame

@@ -718,11 +718,6 @@ class Node:
         frame = encode_message(message, sender=self.index)
         self.outbox.append((replica, ReplicaFrame(group, frame)))
 
-    def _deliver(self, host: GroupHost, submission: Submission, outcome: Outcome) -> None:
-        """Send ``outcome`` to the client that sent ``submission``."""
-        checksum = submission.request_checksum
-        self._reply(host, submission.client_id, submission.request, checksum, outcome)
-
     def _reply(
         self, host: GroupHost, client_id: int, request: int, checksum: bytes, outcome: Outcome
     ) -> None:
@@ -973,10 +968,26 @@ class Node:
     def _propose_system(self, tick: int, request: ClientRequest) -> None:
         """The operator's bootstrap: a runtime-internal metadata command, as the runtime's
         own system client proposes it (no frame, no session check)."""
-        operation = int.from_bytes(request.payload[:4], "little")
         body = request.payload[4:]
         checksum = internal_checksum(body)
-        self._propose(tick, METADATA_GROUP, request, checksum, operation, body)
+        host = self.groups[METADATA_GROUP]
+
+        def deliver(outcome: Outcome) -> None:
+            # Under the client's own number: the wire's register carries 0.
+            self._reply(host, request.client_id, request.request, checksum, outcome)
+
+        register = request.operation == Operation.REGISTER
+        submission = Submission(
+            request.client_id,
+            0 if register else request.session,
+            request.wire_request,
+            request.operation,
+            bytes(body),
+            tick * TICK_US,
+            deliver,
+            checksum,
+        )
+        self._submit(tick, host, submission)
 
     # What the flows read of this node (``broker.core.handlers.Node``) ----------------------
 
@@ -1052,8 +1063,8 @@ class Node:
         raise StateError(ErrorCode.INVALID_COMMAND, "the simulator keeps no runtime stats")
 
     def partition_stats(self, stream_id: int, topic_id: int, partition_id: int) -> PartitionStats:
-        """Offsets and counts from the partition's state; the simulated disk measures no
-        bytes, so sizes are 0."""
+        """Offsets, counts and sizes of the retained messages, from the partition's state,
+        as the runtime's."""
         group = self._by_partition.get((stream_id, topic_id, partition_id))
         machine = None if group is None else self.groups[group].machine.inner
         if not isinstance(machine, PartitionMachine):
@@ -1062,8 +1073,8 @@ class Node:
         return PartitionStats(
             segments_count=1,
             current_offset=state.current_offset,
-            size_bytes=0,
-            messages_count=max(0, state.frontier.next_offset - state.first_offset),
+            size_bytes=state.retained_bytes,
+            messages_count=max(0, state.retained_messages),
         )
 
     def connection_closed(self, tick: int, client_id: int) -> None:
@@ -1169,39 +1180,6 @@ class Node:
     def workload_group(self) -> int | None:
         """The group of the workload topic's first partition, if hosted here."""
         return self._by_partition.get((STREAM_ID, TOPIC_ID, 0))
-
-    def _propose(
-        self,
-        tick: int,
-        group: int,
-        request: ClientRequest,
-        checksum: bytes,
-        operation: int,
-        body: bytes,
-        *,
-        session: int | None = None,
-        then: Callable[[Outcome], None] | None = None,
-    ) -> None:
-        """Submit a client's request to ``group``; ``then`` sees its outcome first, as
-        the runtime's handler does after its submission returns."""
-        host = self.groups[group]
-
-        def deliver(outcome: Outcome) -> None:
-            if then is not None:
-                then(outcome)
-            self._deliver(host, submission, outcome)
-
-        submission = Submission(
-            request.client_id,
-            request.session if session is None else session,
-            request.request,
-            int(operation),
-            bytes(body),
-            tick * TICK_US,
-            deliver,
-            checksum,
-        )
-        self._submit(tick, host, submission)
 
     def _submit(self, tick: int, host: GroupHost, submission: Submission) -> None:
         """Hand ``submission`` to its group's requests, as the runtime's submitter does,

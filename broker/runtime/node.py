@@ -648,11 +648,14 @@ class Node:
             return PartitionStats()
         state = host.partition_machine.state
         busy = host.journal_busy
+        # Sizes and counts of what a poll can still return, as Iggy reports them: a purge
+        # or retention leaves only the retained messages counted, before the segment files
+        # of the retired ones are deleted.
         return PartitionStats(
             segments_count=1 if busy else max(1, host.store.segments_count()),
             current_offset=state.current_offset,
-            size_bytes=0 if busy else host.store.size_bytes(),
-            messages_count=max(0, state.frontier.next_offset - state.first_offset),
+            size_bytes=state.retained_bytes,
+            messages_count=max(0, state.retained_messages),
         )
 
     def runtime_report(self) -> StatsReport:
