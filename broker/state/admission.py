@@ -6,9 +6,9 @@ request payload into a :mod:`broker.state.metadata` command (:func:`metadata_com
 :func:`create_token_command`) or, for a login, checks the credentials against committed
 state (:func:`authenticate`, :func:`authenticate_token`). What Iggy checks at that point
 (usernames, passwords, options) is checked here. Failures raise :class:`StateError`; the
-runtime answers with its code in the reply header's status. The translation of
-permissions between the wire's types and the state machine's (:func:`domain_permissions`,
-:func:`wire_permissions`) is here too.
+runtime answers with its code in the reply header's status. Requested
+permissions keep the wire's type, their entries sorted as the state keeps them
+(:func:`domain_permissions`).
 
 Invariants:
 
@@ -61,12 +61,7 @@ from broker.state.metadata import (
     UserStatus,
 )
 from broker.state.options import topic_options
-from broker.state.permissions import (
-    GlobalPermissions,
-    Permissions,
-    StreamPermissions,
-    TopicPermissions,
-)
+from broker.state.permissions import canonical
 from sdk import wire
 from sdk.wire.codes import CommandCode
 
@@ -183,89 +178,10 @@ def _no_user_options(options: Sequence[wire.OptionEntry]) -> None:
         raise StateError(ErrorCode.UNSUPPORTED_OPTION_KEY, options[0].key)
 
 
-def domain_permissions(permissions: wire.Permissions | None) -> Permissions | None:
-    """Wire permissions as the state machine keeps them: entries sorted by id (the wire
-    codec has already refused duplicate ids)."""
-    if permissions is None:
-        return None
-    g = permissions.global_
-    streams = tuple(
-        (
-            s.stream_id,
-            StreamPermissions(
-                manage_stream=s.manage_stream,
-                read_stream=s.read_stream,
-                manage_topics=s.manage_topics,
-                read_topics=s.read_topics,
-                poll_messages=s.poll_messages,
-                send_messages=s.send_messages,
-                topics=tuple(
-                    (
-                        t.topic_id,
-                        TopicPermissions(
-                            t.manage_topic, t.read_topic, t.poll_messages, t.send_messages
-                        ),
-                    )
-                    for t in sorted(s.topics, key=lambda t: t.topic_id)
-                ),
-            ),
-        )
-        for s in sorted(permissions.streams, key=lambda s: s.stream_id)
-    )
-    return Permissions(
-        GlobalPermissions(
-            g.manage_servers,
-            g.read_servers,
-            g.manage_users,
-            g.read_users,
-            g.manage_streams,
-            g.read_streams,
-            g.manage_topics,
-            g.read_topics,
-            g.poll_messages,
-            g.send_messages,
-        ),
-        streams,
-    )
-
-
-def wire_permissions(permissions: Permissions | None) -> wire.Permissions | None:
-    """The inverse of :func:`domain_permissions`."""
-    if permissions is None:
-        return None
-    g = permissions.global_
-    return wire.Permissions(
-        wire.GlobalPermissions(
-            g.manage_servers,
-            g.read_servers,
-            g.manage_users,
-            g.read_users,
-            g.manage_streams,
-            g.read_streams,
-            g.manage_topics,
-            g.read_topics,
-            g.poll_messages,
-            g.send_messages,
-        ),
-        tuple(
-            wire.StreamPermissions(
-                stream_id,
-                s.manage_stream,
-                s.read_stream,
-                s.manage_topics,
-                s.read_topics,
-                s.poll_messages,
-                s.send_messages,
-                tuple(
-                    wire.TopicPermissions(
-                        topic_id, t.manage_topic, t.read_topic, t.poll_messages, t.send_messages
-                    )
-                    for topic_id, t in s.topics
-                ),
-            )
-            for stream_id, s in permissions.streams
-        ),
-    )
+def domain_permissions(permissions: wire.Permissions | None) -> wire.Permissions | None:
+    """Requested permissions as the state machine keeps them: the same type, its entries
+    sorted by id (``broker.state.permissions.canonical``)."""
+    return None if permissions is None else canonical(permissions)
 
 
 def authenticate(state: MetadataState, client_id: int, username: str, password: str) -> Register:

@@ -63,6 +63,7 @@ from broker.state.permissions import (
     permissions_from_plain,
     permissions_to_plain,
     permits,
+    root_permissions,
 )
 
 Ident: TypeAlias = int | str
@@ -1044,7 +1045,7 @@ class MetadataState:
         if self._users or self._root_user_id is not None:
             raise StateError(ErrorCode.USER_ALREADY_EXISTS, "the root user exists")
         info = self._add_user(
-            cmd.username, cmd.password, UserStatus.ACTIVE, Permissions.root(), ctx
+            cmd.username, cmd.password, UserStatus.ACTIVE, root_permissions(), ctx
         )
         self._root_user_id = info.id
         return UserCreated(info)

@@ -31,7 +31,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
-from broker.state.admission import wire_permissions
 from broker.state.codec import SYSTEM_OPERATIONS, decode_command
 from broker.state.errors import NOT_FOUND, ErrorCode, StateError
 from broker.state.metadata import (
@@ -161,7 +160,7 @@ def _user_info(user: UserInfo) -> wire.UserInfo:
 
 def user_details(user: UserInfo) -> wire.UserDetails:
     """GET_USER / CREATE_USER reply payload (never the password hash)."""
-    return wire.UserDetails(_user_info(user), wire_permissions(user.permissions))
+    return wire.UserDetails(_user_info(user), user.permissions)
 
 
 def metadata_reply(operation: int, result: MetadataResult) -> bytes:

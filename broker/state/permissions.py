@@ -7,8 +7,11 @@ narrower one (a global ``manage_streams`` covers every stream and topic).
 
 Invariants:
 
-1. Values are immutable, and per-stream and per-topic entries are kept sorted by id, so two
-   equal permission sets are equal objects with equal encodings (snapshots, replies).
+1. The type is the wire codec's (``sdk.wire.Permissions``): one permission type from the
+   request that sets it to the state that keeps it and the reply that reports it. Values
+   are immutable, and the state keeps per-stream and per-topic entries sorted by id
+   (:func:`canonical`), so two equal permission sets are equal objects with equal
+   encodings (snapshots, replies).
 2. :func:`permits` is a pure function of its arguments: the same permissions, action and
    ids always give the same answer on every replica.
 
@@ -20,83 +23,68 @@ command) makes the implication order reviewable at a glance.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields, replace
 from enum import Enum
 from typing import Any
 
+from sdk.wire import GlobalPermissions, Permissions, StreamPermissions, TopicPermissions
 
-@dataclass(frozen=True, slots=True)
-class GlobalPermissions:
-    """Flags that apply to the whole server and to every stream and topic."""
-
-    manage_servers: bool = False
-    read_servers: bool = False
-    manage_users: bool = False
-    read_users: bool = False
-    manage_streams: bool = False
-    read_streams: bool = False
-    manage_topics: bool = False
-    read_topics: bool = False
-    poll_messages: bool = False
-    send_messages: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class TopicPermissions:
-    """Flags for one topic of one stream."""
-
-    manage_topic: bool = False
-    read_topic: bool = False
-    poll_messages: bool = False
-    send_messages: bool = False
+__all__ = [
+    "Action",
+    "GlobalPermissions",
+    "Permissions",
+    "StreamPermissions",
+    "TopicPermissions",
+    "canonical",
+    "permissions_from_plain",
+    "permissions_to_plain",
+    "permits",
+    "root_permissions",
+    "stream_permissions",
+    "topic_permissions",
+]
 
 
-@dataclass(frozen=True, slots=True)
-class StreamPermissions:
-    """Flags for one stream and all its topics, plus per-topic entries sorted by topic id."""
+def canonical(permissions: Permissions) -> Permissions:
+    """``permissions`` with its per-stream and per-topic entries sorted by id, as the state
+    keeps them (invariant 1); the wire codec has refused duplicate ids already.
 
-    manage_stream: bool = False
-    read_stream: bool = False
-    manage_topics: bool = False
-    read_topics: bool = False
-    poll_messages: bool = False
-    send_messages: bool = False
-    topics: tuple[tuple[int, TopicPermissions], ...] = ()
-
-    def __post_init__(self) -> None:
-        ids = [topic_id for topic_id, _ in self.topics]
-        assert ids == sorted(set(ids)), "topic permissions must be sorted and unique by id"
-
-    def topic(self, topic_id: int) -> TopicPermissions | None:
-        for candidate, permissions in self.topics:
-            if candidate == topic_id:
-                return permissions
-        return None
+    Raises:
+        ValueError: two entries of one scope name the same id.
+    """
+    streams = []
+    for stream in sorted(permissions.streams, key=lambda s: s.stream_id):
+        topics = tuple(sorted(stream.topics, key=lambda t: t.topic_id))
+        _check_unique([topic.topic_id for topic in topics], "topic")
+        streams.append(replace(stream, topics=topics))
+    _check_unique([stream.stream_id for stream in streams], "stream")
+    return Permissions(permissions.global_, tuple(streams))
 
 
-@dataclass(frozen=True, slots=True)
-class Permissions:
-    """Everything one user may do: global flags plus per-stream entries sorted by stream id."""
+def root_permissions() -> Permissions:
+    """Every global flag set: what the root user holds."""
+    return Permissions(GlobalPermissions(**{f.name: True for f in fields(GlobalPermissions)}))
 
-    global_: GlobalPermissions = field(default_factory=GlobalPermissions)
-    streams: tuple[tuple[int, StreamPermissions], ...] = ()
 
-    def __post_init__(self) -> None:
-        ids = [stream_id for stream_id, _ in self.streams]
-        assert ids == sorted(set(ids)), "stream permissions must be sorted and unique by id"
+def stream_permissions(permissions: Permissions, stream_id: int) -> StreamPermissions | None:
+    """The entry of ``stream_id``, if the user has one."""
+    for stream in permissions.streams:
+        if stream.stream_id == stream_id:
+            return stream
+    return None
 
-    def stream(self, stream_id: int) -> StreamPermissions | None:
-        for candidate, permissions in self.streams:
-            if candidate == stream_id:
-                return permissions
-        return None
 
-    @staticmethod
-    def root() -> Permissions:
-        """Every global flag set: what the root user holds."""
-        return Permissions(
-            GlobalPermissions(**{f.name: True for f in fields(GlobalPermissions)}),
-        )
+def topic_permissions(stream: StreamPermissions, topic_id: int) -> TopicPermissions | None:
+    """The entry of ``topic_id`` inside ``stream``, if the user has one."""
+    for topic in stream.topics:
+        if topic.topic_id == topic_id:
+            return topic
+    return None
+
+
+def _check_unique(ids: list[int], what: str) -> None:
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"duplicate {what} id in permissions")
 
 
 class Action(Enum):
@@ -191,22 +179,24 @@ def permits(
         return True
     if stream_id is None:
         return False
-    stream = permissions.stream(stream_id)
+    stream = stream_permissions(permissions, stream_id)
     if stream is None:
         return False
     if any(getattr(stream, flag) for flag in grant.stream_flags):
         return True
     if topic_id is None:
         return False
-    topic = stream.topic(topic_id)
+    topic = topic_permissions(stream, topic_id)
     return topic is not None and any(getattr(topic, flag) for flag in grant.topic_flags)
 
 
 # -- plain encoding (CBOR-ready lists, used by snapshots and command bodies) --------------
 
 _GLOBAL_FLAGS = tuple(f.name for f in fields(GlobalPermissions))
-_STREAM_FLAGS = tuple(f.name for f in fields(StreamPermissions) if f.name != "topics")
-_TOPIC_FLAGS = tuple(f.name for f in fields(TopicPermissions))
+_STREAM_FLAGS = tuple(
+    f.name for f in fields(StreamPermissions) if f.name not in ("stream_id", "topics")
+)
+_TOPIC_FLAGS = tuple(f.name for f in fields(TopicPermissions) if f.name != "topic_id")
 
 
 def permissions_to_plain(permissions: Permissions) -> list[Any]:
@@ -215,14 +205,11 @@ def permissions_to_plain(permissions: Permissions) -> list[Any]:
         _flags_to_plain(permissions.global_, _GLOBAL_FLAGS),
         [
             [
-                stream_id,
+                stream.stream_id,
                 _flags_to_plain(stream, _STREAM_FLAGS),
-                [
-                    [topic_id, _flags_to_plain(topic, _TOPIC_FLAGS)]
-                    for topic_id, topic in stream.topics
-                ],
+                [[topic.topic_id, _flags_to_plain(topic, _TOPIC_FLAGS)] for topic in stream.topics],
             ]
-            for stream_id, stream in permissions.streams
+            for stream in permissions.streams
         ],
     ]
 
@@ -238,14 +225,12 @@ def permissions_from_plain(item: Any) -> Permissions:
         return Permissions(
             GlobalPermissions(**_flags_from_plain(global_flags, _GLOBAL_FLAGS)),
             tuple(
-                (
+                StreamPermissions(
                     _id(stream_id),
-                    StreamPermissions(
-                        **_flags_from_plain(stream_flags, _STREAM_FLAGS),
-                        topics=tuple(
-                            (_id(topic_id), TopicPermissions(**_flags_from_plain(f, _TOPIC_FLAGS)))
-                            for topic_id, f in _sorted_unique_plain(topics)
-                        ),
+                    **_flags_from_plain(stream_flags, _STREAM_FLAGS),
+                    topics=tuple(
+                        TopicPermissions(_id(topic_id), **_flags_from_plain(f, _TOPIC_FLAGS))
+                        for topic_id, f in _sorted_unique_plain(topics)
                     ),
                 )
                 for stream_id, stream_flags, topics in _sorted_unique_plain(streams)

@@ -64,7 +64,7 @@ def _world() -> tuple[Driver, int]:
     driver.as_root(CreateStream("s"))
     driver.as_root(CreateTopic("s", "t", 3))
     driver.as_root(CreateConsumerGroup("s", "t", "g"))
-    reader = Permissions(streams=((0, StreamPermissions(read_stream=True)),))
+    reader = Permissions(streams=(StreamPermissions(0, read_stream=True),))
     user_id = driver.add_user("reader", reader)
     return driver, driver.login(READER_CLIENT_ID, user_id)
 

@@ -92,23 +92,29 @@ option_patches = st.builds(
 )
 
 
-def _sorted_unique(pairs: list[tuple[int, _T]]) -> tuple[tuple[int, _T], ...]:
-    by_id = dict(pairs)
-    return tuple((key, by_id[key]) for key in sorted(by_id))
+def _by_topic_id(topics: list[TopicPermissions]) -> tuple[TopicPermissions, ...]:
+    by_id = {topic.topic_id: topic for topic in topics}
+    return tuple(by_id[key] for key in sorted(by_id))
 
 
-topic_permissions = st.builds(TopicPermissions, st.booleans(), st.booleans(), st.booleans())
+def _by_stream_id(streams: list[StreamPermissions]) -> tuple[StreamPermissions, ...]:
+    by_id = {stream.stream_id: stream for stream in streams}
+    return tuple(by_id[key] for key in sorted(by_id))
+
+
+topic_permissions = st.builds(
+    TopicPermissions, st.integers(0, 2), st.booleans(), st.booleans(), st.booleans()
+)
 stream_permissions = st.builds(
     StreamPermissions,
+    st.integers(0, 3),
     manage_stream=st.booleans(),
     read_stream=st.booleans(),
     manage_topics=st.booleans(),
     read_topics=st.booleans(),
     poll_messages=st.booleans(),
     send_messages=st.booleans(),
-    topics=st.lists(st.tuples(st.integers(0, 2), topic_permissions), max_size=2).map(
-        _sorted_unique
-    ),
+    topics=st.lists(topic_permissions, max_size=2).map(_by_topic_id),
 )
 permissions = st.none() | st.builds(
     Permissions,
@@ -120,9 +126,7 @@ permissions = st.none() | st.builds(
         send_messages=st.booleans(),
         manage_users=st.booleans(),
     ),
-    streams=st.lists(st.tuples(st.integers(0, 3), stream_permissions), max_size=2).map(
-        _sorted_unique
-    ),
+    streams=st.lists(stream_permissions, max_size=2).map(_by_stream_id),
 )
 
 commands: st.SearchStrategy[MetadataCommand] = st.one_of(

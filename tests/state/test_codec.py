@@ -48,7 +48,7 @@ def test_system_commands_travel_as_internal_operations() -> None:
 
 def test_permissions_and_hashes_survive_the_body() -> None:
     permissions = Permissions(
-        GlobalPermissions(read_streams=True), ((3, StreamPermissions(send_messages=True)),)
+        GlobalPermissions(read_streams=True), (StreamPermissions(3, send_messages=True),)
     )
     command = CreateUser("alice", PASSWORD, permissions=permissions)
     assert decode_command(*encode_command(command)) == command

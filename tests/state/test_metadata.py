@@ -47,7 +47,12 @@ from broker.state.metadata import (
     UserCreated,
     UserStatus,
 )
-from broker.state.permissions import GlobalPermissions, Permissions, StreamPermissions
+from broker.state.permissions import (
+    GlobalPermissions,
+    Permissions,
+    StreamPermissions,
+    root_permissions,
+)
 from tests.state.helpers import PASSWORD, Driver, driver_with_root
 
 # -- streams -----------------------------------------------------------------------------
@@ -366,7 +371,7 @@ def test_root_user_is_created_once_by_a_system_command() -> None:
     assert d.apply(CreateRootUser("iggy", PASSWORD), session=5) == Rejected(ErrorCode.UNAUTHORIZED)
     created = d.apply(CreateRootUser("iggy", PASSWORD))
     assert isinstance(created, UserCreated)
-    assert created.user.permissions == Permissions.root()
+    assert created.user.permissions == root_permissions()
     assert d.state.root_user_id == 0
     assert d.apply(CreateRootUser("other", PASSWORD)) == Rejected(ErrorCode.USER_ALREADY_EXISTS)
 
@@ -416,7 +421,7 @@ def test_update_user_renames_and_changes_status() -> None:
 
 def test_delete_user_ends_its_sessions_and_root_cannot_be_deleted() -> None:
     d = driver_with_root()
-    d.add_user("alice", Permissions.root())
+    d.add_user("alice", root_permissions())
     session = d.login(0xB, 1)
     assert d.as_root(DeleteUser(0)) == Rejected(ErrorCode.CANNOT_DELETE_USER)
     assert d.as_root(DeleteUser("alice")) == Done()
@@ -465,7 +470,7 @@ def test_user_management_needs_manage_users() -> None:
 
 def test_inactive_user_cannot_act_or_log_in() -> None:
     d = driver_with_root()
-    d.add_user("alice", Permissions.root())
+    d.add_user("alice", root_permissions())
     session = d.login(0xB, 1)
     d.as_root(UpdateUser("alice", status=UserStatus.INACTIVE))
     assert d.apply(CreateStream("s"), session) == Rejected(ErrorCode.USER_INACTIVE)
@@ -477,7 +482,7 @@ def test_stream_scoped_permissions_limit_a_user_to_its_stream() -> None:
     d = driver_with_root()
     d.as_root(CreateStream("mine"))
     d.as_root(CreateStream("theirs"))
-    scoped = Permissions(streams=((0, StreamPermissions(manage_stream=True)),))
+    scoped = Permissions(streams=(StreamPermissions(0, manage_stream=True),))
     d.add_user("alice", scoped)
     session = d.login(0xB, 1)
     assert isinstance(d.apply(CreateTopic("mine", "t", 1), session), TopicCreated)

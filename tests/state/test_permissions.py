@@ -13,7 +13,9 @@ from broker.state.permissions import (
     Permissions,
     StreamPermissions,
     TopicPermissions,
+    canonical,
     permits,
+    root_permissions,
 )
 
 
@@ -25,8 +27,8 @@ def test_nothing_is_permitted_without_permissions() -> None:
 
 def test_root_permits_every_action_everywhere() -> None:
     for action in Action:
-        assert permits(Permissions.root(), action, 3, 4)
-        assert permits(Permissions.root(), action)
+        assert permits(root_permissions(), action, 3, 4)
+        assert permits(root_permissions(), action)
 
 
 @pytest.mark.parametrize(
@@ -67,8 +69,8 @@ def test_global_flag_grants_exactly_its_implied_actions(flag: str, granted: set[
     ],
 )  # fmt: skip
 def test_stream_flag_grants_only_inside_its_stream(flag: str, granted: set[str]) -> None:
-    stream = StreamPermissions(**{flag: True})  # type: ignore[arg-type]
-    permissions = Permissions(streams=((7, stream),))
+    stream = StreamPermissions(7, **{flag: True})  # type: ignore[arg-type]
+    permissions = Permissions(streams=(stream,))
     allowed = sorted(a.value for a in Action if permits(permissions, a, 7, 2))
     assert allowed == sorted(granted)
     assert not any(permits(permissions, a, 8, 2) for a in Action)
@@ -85,23 +87,33 @@ def test_stream_flag_grants_only_inside_its_stream(flag: str, granted: set[str])
     ],
 )
 def test_topic_flag_grants_only_on_its_topic(flag: str, granted: set[str]) -> None:
-    stream = StreamPermissions(topics=((3, TopicPermissions(**{flag: True})),))
-    permissions = Permissions(streams=((7, stream),))
+    stream = StreamPermissions(7, topics=(TopicPermissions(3, **{flag: True}),))
+    permissions = Permissions(streams=(stream,))
     allowed = sorted(a.value for a in Action if permits(permissions, a, 7, 3))
     assert allowed == sorted(granted)
     assert not any(permits(permissions, a, 7, 4) for a in Action)
     assert not any(permits(permissions, a, 7) for a in Action)
 
 
-def test_permission_entries_must_be_sorted_and_unique() -> None:
-    with pytest.raises(AssertionError):
-        Permissions(streams=((2, StreamPermissions()), (1, StreamPermissions())))
-    with pytest.raises(AssertionError):
-        StreamPermissions(topics=((1, TopicPermissions()), (1, TopicPermissions())))
+def test_the_state_keeps_entries_sorted_and_refuses_duplicate_ids() -> None:
+    unsorted = Permissions(
+        streams=(
+            StreamPermissions(2, topics=(TopicPermissions(5), TopicPermissions(1))),
+            StreamPermissions(1),
+        )
+    )
+    kept = canonical(unsorted)
+    assert [stream.stream_id for stream in kept.streams] == [1, 2]
+    assert [topic.topic_id for topic in kept.streams[1].topics] == [1, 5]
+    assert canonical(kept) == kept
+    with pytest.raises(ValueError, match="stream"):
+        canonical(Permissions(streams=(StreamPermissions(1), StreamPermissions(1))))
+    with pytest.raises(ValueError, match="topic"):
+        canonical(Permissions(streams=(StreamPermissions(1, topics=(TopicPermissions(3),) * 2),)))
 
 
 def test_root_sets_every_global_flag() -> None:
-    root = Permissions.root()
+    root = root_permissions()
     assert all(getattr(root.global_, f.name) for f in fields(GlobalPermissions))
     assert root.streams == ()
 

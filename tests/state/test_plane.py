@@ -302,7 +302,7 @@ def _world() -> tuple[MetadataHost, int, int]:
     host.run(CreateStream("b"), root)
     host.run(CreateTopic("b", "t", 2), root)
     host.run(CreateConsumerGroup("b", "t", "g"), root)
-    reader = Permissions(streams=((1, StreamPermissions(read_stream=True)),))
+    reader = Permissions(streams=(StreamPermissions(1, read_stream=True),))
     host.run(CreateUser("reader", PASSWORD, permissions=reader), root)
     register = Register(0xBB, 1)
     reply = host.run(register)

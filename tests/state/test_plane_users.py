@@ -14,7 +14,6 @@ from broker.state.admission import (
     create_user_command,
     domain_permissions,
     metadata_command,
-    wire_permissions,
 )
 from broker.state.errors import ErrorCode, StateError
 from broker.state.metadata import (
@@ -39,11 +38,10 @@ from tests.wire.strategies import permission_sets
 
 @settings(max_examples=50, deadline=None)
 @given(permissions=st.none() | permission_sets())
-def test_permissions_survive_wire_to_domain_to_wire_up_to_id_order(
+def test_requested_permissions_are_kept_as_sent_up_to_id_order(
     permissions: wire.Permissions | None,
 ) -> None:
-    domain = domain_permissions(permissions)
-    back = wire_permissions(domain)
+    back = domain_permissions(permissions)
     if permissions is None:
         assert back is None
         return
@@ -110,13 +108,13 @@ def test_user_options_and_bad_passwords_are_refused_before_hashing() -> None:
 
 def test_create_user_reply_carries_the_user_details() -> None:
     driver = driver_with_root()
-    perms = Permissions(streams=((4, StreamPermissions(read_stream=True)),))
+    perms = Permissions(streams=(StreamPermissions(4, read_stream=True),))
     result = driver.as_root(CreateUser("bob", PASSWORD, UserStatus.ACTIVE, perms))
     body = metadata_reply(Operation.CREATE_USER, result)
     details = wire.UserDetails.decode(wire.split_result(Operation.CREATE_USER, body))
     assert details.user.username == "bob"
     assert details.user.status is wire.UserStatus.ACTIVE
-    assert details.permissions == wire_permissions(perms)
+    assert details.permissions == perms
     assert PASSWORD.hash not in body and PASSWORD.salt not in body
 
 
