@@ -165,6 +165,7 @@ from broker.state.partition_machine import purge_body, retain_body, store_offset
 from broker.state.permissions import Action
 from broker.state.routing import PartitionRoute
 from consensus import Message, ReplicaConfig
+from journal import SegmentInfo
 from sdk import wire
 from sdk.wire import (
     CommandCode,
@@ -723,6 +724,14 @@ class Node:
             size_bytes=state.retained_bytes,
             messages_count=max(0, state.retained_messages),
         )
+
+    def partition_segments(self, group: CoreGroup) -> list[SegmentInfo] | None:
+        """The journal segments of a partition group here, or None while its journal is
+        busy in a worker thread or not open (``broker.core.handlers.Node``)."""
+        host = self.groups.get(group.group_id)
+        if host is None or host.store is None or host.journal_busy:
+            return None
+        return host.store.segments()
 
     def runtime_report(self) -> StatsReport:
         uptime = time.monotonic() - self.started_at

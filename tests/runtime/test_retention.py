@@ -1,5 +1,5 @@
 """Retention on a real node: expired segments go from the topic and from the disk, and
-stay gone across a ``kill -9``.
+stay gone across a ``kill -9``; DELETE_SEGMENTS deletes the oldest sealed segments.
 
 The node looks every second (``VIEWSTREAM_RETENTION_INTERVAL_S``); topics ask for 1 MiB
 segments. Deletion of files trails the partition's durable checkpoint (every 1,024 ops),
@@ -17,6 +17,8 @@ from typing import Any, Final, TypeVar
 
 from apache_iggy import Consumer, IggyClient, PollingStrategy, SendMessage
 
+from sdk import Client
+from sdk.connection_string import ClientConfig
 from tests.runtime.processes import ROOT_PASSWORD, NodeProcess, start_node
 
 _T = TypeVar("_T")
@@ -176,5 +178,48 @@ def test_expired_segments_leave_the_topic_and_the_disk_and_stay_gone_after_kill_
         start_again, size_again = run(check())
         assert (start_again, size_again) == (start, size_after)
         assert journal_bytes(data_dir) < 3 * SEGMENT_BYTES
+    finally:
+        node.kill()
+
+
+def test_delete_segments_deletes_the_oldest_sealed_segments(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    stream = "trimmed"
+    node = start_node(data_dir, env=ENV)
+    try:
+
+        async def fill() -> int:
+            client = await connect(node)
+            await client.create_stream(stream)
+            await client.create_topic(stream, "t", 1, options={"segment_size": "1 MiB"})
+            await send_big(client, stream)
+            # Past the first checkpoint (op 1,024), so deleted segments' files go at once.
+            await send_tail(client, stream, 0, 400)
+            return await topic_size(client, stream)
+
+        size_before = run(fill())
+        logs_before = segment_logs(data_dir)
+        assert logs_before >= 5
+        sdk = Client(ClientConfig.one_node(node.address, timeout_s=10.0))
+        try:
+            sdk.login_user("iggy", ROOT_PASSWORD)
+            sdk.delete_segments(stream, "t", 0, 2)
+        finally:
+            sdk.close()
+
+        async def check() -> tuple[int, int]:
+            client = await connect(node)
+            first = await poll(client, stream, 0, 1)
+            return int(first[0].offset()), await topic_size(client, stream)
+
+        start, size_after = run(check())
+        deadline = time.monotonic() + WAIT_S
+        while segment_logs(data_dir) != logs_before - 2:
+            assert time.monotonic() < deadline, "the two oldest segment files are still there"
+            time.sleep(0.1)
+        assert start > 0
+        assert size_before - size_after > SEGMENT_BYTES  # two segments of about 1 MiB
+        print(f"delete_segments(2): {logs_before} -> {logs_before - 2} segment files, topic")
+        print(f"  {size_before} -> {size_after} bytes, polls start at offset {start}")
     finally:
         node.kill()
