@@ -1128,14 +1128,12 @@ class ClientCore:
     def delete_segments(
         self, stream: IdLike, topic: IdLike, partition_id: int, segments_count: int
     ) -> Step[None]:
-        """DELETE_SEGMENTS (503), under its bare code: it is not in the codec registry
-        (``sdk.wire.DeleteSegments``), so the reply is read as a status alone, and the
-        node's answer (today InvalidCommand: not served) reaches the caller as it is."""
+        """DELETE_SEGMENTS (503): retire the partition's oldest ``segments_count`` sealed
+        segments (an empty reply)."""
         body = DeleteSegments(
             to_identifier(stream), to_identifier(topic), partition_id, segments_count
-        ).encode()
-        code = int(CommandCode.DELETE_SEGMENTS)
-        yield from self._call(code, _BodyTemplate(code, body), METADATA)
+        )
+        yield from self._request(CommandCode.DELETE_SEGMENTS, body, METADATA)
 
     def get_partitions(self, stream: IdLike, topic: IdLike) -> Step[list[PartitionInfo]]:
         """The topic's partitions (from GET_TOPIC)."""

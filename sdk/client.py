@@ -530,9 +530,13 @@ class AsyncClient:
     ) -> None:
         """Delete the oldest sealed segments of a partition (DELETE_SEGMENTS, 503).
 
+        The partition's polls start after them once this returns (the open segment never
+        goes; fewer sealed segments than asked for are all deleted, none is no error);
+        each node deletes their files once its checkpoint passes them.
+
         Raises:
-            IggyError: the node's refusal; viewstream does not serve 503 yet and answers
-                InvalidCommand (3).
+            IggyError: the node's refusal: no such stream, topic or partition, or no
+                ``manage_topic`` permission.
         """
         await self._run(self._core.delete_segments(stream, topic, partition_id, segments_count))
 

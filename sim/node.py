@@ -127,6 +127,7 @@ from consensus.events import (
 from consensus.messages import Commit, Message, Prepare, encode_message
 from consensus.protocols import DurableState, Prepared
 from consensus.replica import Replica, Status
+from journal import SegmentInfo
 from sdk import wire
 from sdk.wire import Command, EvictionReason
 from sdk.wire.codes import CommandCode, IggyErrorCode, Operation
@@ -1061,6 +1062,11 @@ class Node:
 
     def runtime_stats(self) -> bytes:
         raise StateError(ErrorCode.INVALID_COMMAND, "the simulator keeps no runtime stats")
+
+    def partition_segments(self, group: CoreGroup) -> list[SegmentInfo] | None:
+        """Refused: a simulated partition keeps its log in memory, with no segments to
+        count, so DELETE_SEGMENTS is not served here."""
+        raise StateError(ErrorCode.FEATURE_UNAVAILABLE, "the simulator keeps no segment files")
 
     def partition_stats(self, stream_id: int, topic_id: int, partition_id: int) -> PartitionStats:
         """Offsets, counts and sizes of the retained messages, from the partition's state,

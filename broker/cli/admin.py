@@ -16,8 +16,7 @@ Invariants:
    ``PROBE_TIMEOUT_S``), retries included.
 3. A failure is an :class:`sdk.errors.IggyError`; :func:`failure_text` words it as the
    CLI prints it, telling the server's refusals from failures to reach it. No command
-   prints success for a request the node refused (``segment delete`` prints the node's
-   refusal of DELETE_SEGMENTS, which it does not serve yet).
+   prints success for a request the node refused.
 4. A login uses the password or the personal access token of the :class:`Target`, never
    both; a secret is never part of what a command prints, except the raw token that
    ``pat create`` exists to show once.
@@ -487,9 +486,10 @@ def partition_list(target: Target, stream: str, topic: str, *, as_json: bool) ->
 def segment_delete(target: Target, stream: str, topic: str, partition: int, count: int) -> str:
     with _connect(target) as client:
         client.delete_segments(stream, topic, partition, count)
+    # The node retires at most what is sealed, and answers the same when there is less.
     return (
-        f"deleted the oldest {count} segment(s) of partition {partition} of topic {topic!r} "
-        f"of stream {stream!r}"
+        f"deleted the oldest {count} sealed segment(s) of partition {partition} of topic "
+        f"{topic!r} of stream {stream!r}, or all it had if fewer (the open segment stays)"
     )
 
 

@@ -435,7 +435,7 @@ def segment_delete(
     password: PasswordOption = None,
     token: TokenOption = None,
 ) -> None:
-    """Delete the oldest COUNT segments of PARTITION (DELETE_SEGMENTS, not served yet)."""
+    """Delete the oldest COUNT sealed segments of PARTITION (DELETE_SEGMENTS)."""
     from broker.cli import admin
 
     run_admin(

@@ -34,11 +34,12 @@ Theory of operation: the driver asks :func:`judge_code` about the header, decode
 frame, checks the session
 (``broker.core.sessions``) and looks the command's route up in :data:`ROUTES`; its handler
 for that route (a table of the driver's too) calls :func:`admit_metadata_write`,
-:func:`admit_send`, :func:`admit_offset_write` or :func:`admit_poll` and carries out what
-it returns: it submits a :class:`MetadataWrite` or :class:`PartitionWrite` to the group's
-host (``broker.core.groups``), answers a :class:`Denied` with its status, and serves an
-admitted poll from the partition's state once the read barrier allows it. Reads of
-committed metadata are :data:`METADATA_READS`, one function per command.
+:func:`admit_send`, :func:`admit_offset_write`, :func:`admit_delete_segments` or
+:func:`admit_poll` and carries out what it returns: it submits a :class:`MetadataWrite`
+or :class:`PartitionWrite` to the group's host (``broker.core.groups``), answers a
+:class:`Denied` with its status, and serves an admitted poll from the partition's state
+once the read barrier allows it. Reads of committed metadata are :data:`METADATA_READS`,
+one function per command.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from broker.state.errors import ErrorCode, StateError
 from broker.state.metadata import MetadataCommand, MetadataState
 from broker.state.metadata_machine import MetadataMachine, StatsSource
 from broker.state.partition_machine import resolved_offset_request
+from broker.state.permissions import Action
 from broker.state.routing import PartitionRoute, route_offset, route_poll, route_send
 from consensus.client_table import CachedReply, ClientTable, Verdict
 from sdk import wire
@@ -90,6 +92,10 @@ class Route(enum.Enum):
     committed reply gets the raw token (:func:`admit_create_token`, :func:`token_reply`)."""
     SEND = "send"
     """Messages, proposed to the partition group the send routes to (:func:`admit_send`)."""
+    DELETE_SEGMENTS = "delete segments"
+    """The oldest sealed segments of a partition retired: the offset after them read from
+    the partition's segments here, then proposed to its group as a retention
+    (:func:`admit_delete_segments`)."""
     OFFSET_WRITE = "offset write"
     """A consumer offset stored or deleted in its partition group (:func:`admit_offset_write`)."""
     ATTACH = "attach"
@@ -130,6 +136,7 @@ ROUTES: Final[Mapping[CommandCode, Route]] = MappingProxyType(
         CommandCode.PURGE_TOPIC: Route.METADATA_WRITE,
         CommandCode.CREATE_PARTITIONS: Route.METADATA_WRITE,
         CommandCode.DELETE_PARTITIONS: Route.METADATA_WRITE,
+        CommandCode.DELETE_SEGMENTS: Route.DELETE_SEGMENTS,
         CommandCode.CREATE_CONSUMER_GROUP: Route.METADATA_WRITE,
         CommandCode.DELETE_CONSUMER_GROUP: Route.METADATA_WRITE,
         CommandCode.JOIN_CONSUMER_GROUP: Route.METADATA_WRITE,
@@ -421,6 +428,25 @@ def admit_offset_write(
     route = route_offset(state, payload, acting)
     body = resolved_offset_request(payload, route, state.session(acting).user_id)
     return PartitionWrite(route, int(operation_for_code(code)), body)
+
+
+def admit_delete_segments(
+    state: MetadataState, request: wire.DeleteSegments, session: int
+) -> PartitionRoute:
+    """The partition a DELETE_SEGMENTS retires segments of, judged as Iggy 0.9 judges it:
+    the topic's ``manage_topic`` permission (what updating the topic needs), and a
+    partition that exists.
+
+    Raises:
+        StateError: unknown stream, topic or partition, or no permission.
+    """
+    topic = state.topic(request.stream_id.value, request.topic_id.value)
+    denied = state.permits(session, Action.MANAGE_TOPIC, topic.stream_id, topic.id)
+    if denied is not None:
+        raise StateError(denied)
+    if request.partition_id >= topic.partitions_count:
+        raise StateError(ErrorCode.PARTITION_NOT_FOUND, str(request.partition_id))
+    return PartitionRoute(topic.stream_id, topic.id, request.partition_id)
 
 
 def acting_session(context: ConnectionContext, state: MetadataState, session: int) -> int | None:

@@ -38,7 +38,15 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Final, Protocol
 
-from broker.core.answers import evict, outcome_answer, protocol_failure, reply, reply_parts, status
+from broker.core.answers import (
+    evict,
+    outcome_answer,
+    primary_of,
+    protocol_failure,
+    reply,
+    reply_parts,
+    status,
+)
 from broker.core.answers import refused as refused_answer
 from broker.core.commands import (
     METADATA_READS,
@@ -52,6 +60,7 @@ from broker.core.commands import (
     acting_session,
     admit_command,
     admit_create_token,
+    admit_delete_segments,
     admit_metadata_write,
     admit_offset_write,
     admit_poll,
@@ -64,6 +73,7 @@ from broker.core.connections import ConnectionContext, Response
 from broker.core.groups import Outcome, Refused, Replied, SessionLost
 from broker.core.identity import register_checksum, request_checksum, stamped_checksum_valid
 from broker.core.reconcile import METADATA_GROUP
+from broker.core.retention import delete_segments_offset, sealed_segments
 from broker.core.sessions import (
     MetadataView,
     SessionEvicted,
@@ -88,10 +98,11 @@ from broker.state.credentials import PasswordHash
 from broker.state.errors import ErrorCode, StateError
 from broker.state.metadata import MetadataState, Register, UserInfo, UserStatus
 from broker.state.metadata_machine import CLIENT_ID_TAKEN_STATUS, MetadataMachine, PartitionStats
-from broker.state.partition_machine import PartitionMachine
+from broker.state.partition_machine import PartitionMachine, retain_body
 from broker.state.permissions import Action
 from broker.state.routing import PartitionRoute, route_offset, route_poll_target
 from consensus import Replica
+from journal import SegmentInfo
 from sdk import wire
 from sdk.wire import (
     COMMANDS,
@@ -103,6 +114,7 @@ from sdk.wire import (
     ProtocolError,
     RequestHeader,
     build_eviction_frame,
+    build_reply_frame,
     register_command_code,
     request_command_code,
     validate_request_header,
@@ -292,6 +304,12 @@ class Node(Protocol):
     def partition_stats(
         self, stream_id: int, topic_id: int, partition_id: int
     ) -> PartitionStats: ...
+
+    def partition_segments(self, group: Group) -> Sequence[SegmentInfo] | None:
+        """The journal segments of partition ``group`` here, oldest first; None while its
+        journal cannot be read (a journal action runs, or it is still opening). Raises
+        ``StateError`` where a driver keeps no segments."""
+        ...
 
 
 class Rules:
@@ -637,6 +655,64 @@ def _offset_write(node: Node, request: Request) -> Flow:
     return _answer(node, request, group, outcome, checksum)
 
 
+def _delete_segments(node: Node, request: Request) -> Flow:
+    """DELETE_SEGMENTS, as Iggy 0.9 serves it: the count becomes the offset after the
+    partition's oldest ``segments_count`` sealed segments, read from its segments here
+    behind the read barrier, and that offset is proposed to the partition group as a
+    retention (the same op the primary proposes when segments expire), under the
+    client's identity so a retry is answered from the client table. Nothing sealed to
+    delete is a success, as in Iggy."""
+    header, payload = request.header, request.payload
+    assert isinstance(payload, wire.DeleteSegments)
+    route = admit_delete_segments(_state(node), payload, header.session)
+    group = node.partition(route)
+    group_id = group.group_id
+    checksum = request_checksum(request.code, payload, request.body)
+    seen = request.rules.must_see(request.context, group_id)
+    if not (yield ReadBarrier(group_id, seen, False, journal=True)):
+        return _refused(node, header, TRANSIENT)
+    group = node.partition(route)
+    if group.group_id != group_id:
+        raise StateError(ErrorCode.PARTITION_NOT_FOUND, "the partition went while read")
+    machine = group.partition_machine
+    segments = node.partition_segments(group)
+    if machine is None or segments is None:
+        return _refused(node, header, TRANSIENT)
+    state = machine.state
+    offset = delete_segments_offset(
+        sealed_segments(segments, state),
+        retained_start=state.retained_start,
+        count=payload.segments_count,
+    )
+    if offset is None:
+        return _replied_here(node, request)
+    operation = int(Operation.TRUNCATE_PARTITION)
+    outcome = yield from _submitted(node, request, group, checksum, operation, retain_body(offset))
+    return _metadata_routed_answer(node, request, group, outcome, checksum)
+
+
+def _metadata_routed_answer(
+    node: Node, request: Request, group: Group, outcome: Outcome, checksum: bytes
+) -> Response:
+    """The answer to a write decided by partition ``group`` that clients route as a
+    metadata write (DELETE_SEGMENTS: Iggy replicates it in its metadata group): it names
+    the metadata group's view and primary, as a client learns its metadata primary from
+    the answer, while the connection records the partition op it saw."""
+    metadata = node.metadata
+    replica = metadata.replica
+    view = 0 if replica is None else replica.view
+    primary = primary_of(METADATA_GROUP, view, node.replica_count)
+    if isinstance(outcome, Replied):
+        request.context.saw(group.group_id, outcome.op)
+        frame = build_reply_frame(
+            request.header, outcome.body, view=view & 0xFFFF_FFFF, replica=primary
+        )
+        return Response([frame], group=group.group_id, checksum=checksum)
+    if isinstance(outcome, Refused):
+        return _refused(node, request.header, outcome.status)
+    return _answer(node, request, group, outcome, checksum)
+
+
 def _create_user(node: Node, request: Request) -> Flow:
     """Hash the new password here (the node that proposes) with a fresh salt; only the
     hash enters the command, the log and every replica."""
@@ -869,6 +945,7 @@ ROUTE_FLOWS: Final[Mapping[Route, RouteFlow]] = MappingProxyType(
         Route.CREATE_TOKEN: _create_token,
         Route.SEND: _send,
         Route.OFFSET_WRITE: _offset_write,
+        Route.DELETE_SEGMENTS: _delete_segments,
         Route.ATTACH: _attach,
         Route.ROUTING: _at_once(_route),
         Route.POLL: _poll,

@@ -1,11 +1,12 @@
-"""The node's own requests: the root user at a first start, purges, auto-commits, expiry.
+"""The node's own requests: the root user, purges, auto-commits, expiry and retention.
 
 Purpose: besides answering clients, a node proposes a few requests of its own through its
 system client (``broker.core.system``): the root user when a new cluster has none, the
 truncation of a partition whose purge is committed, the consumer offsets that auto-commit
-polls store, and the removal of expired personal access tokens. When each is due, and
-which of several waiting auto-commits goes next, are decisions a test must be able to
-replay; the runtime only runs the system client's requests they name.
+polls store, the removal of expired personal access tokens, and the retention of a
+partition whose oldest segments expired or overflow its topic's size. When each is due,
+and which of several waiting auto-commits goes next, are decisions a test must be able
+to replay; the runtime only runs the system client's requests they name.
 
 Invariants:
 
@@ -22,20 +23,29 @@ Invariants:
    one replicated ``ExpireTokens`` at a time, once the earliest committed expiry has
    passed at the ``now`` the driver reads; the op removes what expired at its own
    timestamp, so every replica removes the same tokens.
-5. Pure: the driver says what the replicas and the metadata hold and what time it is, and
+5. Retention is looked at once every ``interval_us`` for every partition group hosted
+   here, by the group's primary only, and proposed (``broker.core.retention``) one
+   proposal at a time per partition. A look that finds the group's journal busy (a
+   truncation, a checkpoint or a deletion in a worker thread) or still opening waits
+   for the next pass instead of the next interval; a group that is gone, or whose
+   replica here is a backup, is not looked at until the next interval.
+6. Pure: the driver says what the replicas and the metadata hold and what time it is, and
    runs what it is told.
 
 Theory of operation: the runtime's maintenance pass calls :func:`root_user_due`,
 :func:`tokens_expiry_due` and ``PurgesDue.due`` every ``MAINTENANCE_INTERVAL_S`` and starts
-a task for each answer; a
-task ends with ``PurgesDue.finished``. An auto-commit poll calls ``AutoCommits.add``; when
+a task for each answer; a task ends with ``PurgesDue.finished``. The same pass calls
+``RetentionsDue.due`` (between intervals it touches only the groups still owed a look),
+decides for each group it names whether an offset is due (``broker.core.retention``), and
+for each that has one calls ``RetentionsDue.proposing`` and starts a proposal task, which
+ends with ``RetentionsDue.finished``. An auto-commit poll calls ``AutoCommits.add``; when
 it says so, the driver starts the partition's runner, which stores ``AutoCommits.next``
 until it returns None.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -107,6 +117,65 @@ class PurgesDue:
 
     def finished(self, group_id: int) -> None:
         """The truncation of ``group_id`` started by :meth:`due` ended (either way)."""
+        self._running.discard(group_id)
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionView:
+    """What the driver knows of one partition group hosted here, for a retention look."""
+
+    is_primary: bool
+    readable: bool
+    """Its state is open and its journal may be read now (not busy in a worker thread)."""
+
+
+class RetentionsDue:
+    """When each hosted partition group is looked at for retention (invariant 5)."""
+
+    __slots__ = ("_interval_us", "_next_us", "_owed", "_running")
+
+    def __init__(self, interval_us: int) -> None:
+        assert interval_us >= 1
+        self._interval_us = interval_us
+        self._next_us: int | None = None
+        self._owed: dict[int, None] = {}
+        """Groups owed a look this interval, in the order they were listed."""
+        self._running: set[int] = set()
+
+    def due(
+        self,
+        now_us: int,
+        hosted: Callable[[], Iterable[int]],
+        view: Callable[[int], RetentionView | None],
+    ) -> list[int]:
+        """The groups to look at now. ``hosted`` lists the partition groups hosted here
+        (called once an interval, so a pass between intervals costs nothing per
+        partition); ``view`` what this node hosts of one (None: not hosted any more)."""
+        if self._next_us is None:
+            # The first look comes one interval after the node started, as Iggy's
+            # segment cleaner first runs after its interval: not while groups open.
+            self._next_us = now_us + self._interval_us
+        if now_us >= self._next_us:
+            self._next_us = now_us + self._interval_us
+            for group_id in sorted(hosted()):
+                self._owed[group_id] = None
+        look: list[int] = []
+        for group_id in list(self._owed):
+            seen = view(group_id)
+            if seen is not None and seen.is_primary and not seen.readable:
+                continue  # its journal is busy or it is opening: the next pass
+            del self._owed[group_id]
+            if seen is not None and seen.is_primary and group_id not in self._running:
+                look.append(group_id)
+        return look
+
+    def proposing(self, group_id: int) -> None:
+        """A look at ``group_id`` found an offset: the driver proposes it now."""
+        assert group_id not in self._running
+        self._running.add(group_id)
+
+    def finished(self, group_id: int) -> None:
+        """The proposal of ``group_id`` ended (either way)."""
         self._running.discard(group_id)
 
 

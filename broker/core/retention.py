@@ -28,6 +28,8 @@ segment always stays; the oldest sealed segments go until the rest fit. Both fol
 segment cleaner. ``DELETE_SEGMENTS`` asks for the oldest N sealed segments:
 :func:`delete_segments_offset`. Segments already below the retained start (retired but not
 yet deleted from the disk: deletion trails the durable checkpoint) count for nothing.
+A topic created without an expiry or a size cap (or with 0, Iggy's ``ServerDefault``) is
+held to the node's defaults: :func:`topic_limits`.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from broker.state.metadata import EXPIRY_NEVER, SIZE_UNLIMITED
+from broker.state.metadata import EXPIRY_NEVER, SIZE_UNLIMITED, TopicInfo
 from broker.state.partition import PartitionState
 from journal import RECORD_HEADER_SIZE, SegmentInfo
 from journal.record import RECORD_BODY_SIZE_MAX
@@ -72,6 +74,18 @@ def sealed_segments(segments: Sequence[SegmentInfo], state: PartitionState) -> l
         offset_next = state.offset_at_op(info.op_last + 1)
         sealed.append(SealedSegment(offset_next, info.timestamp_max_us, info.size_bytes))
     return sealed
+
+
+def topic_limits(
+    topic: TopicInfo, *, message_expiry_us: int, max_topic_size_bytes: int
+) -> tuple[int, int]:
+    """The expiry and size cap retention holds ``topic`` to: each its own where a client
+    set it (on create or update), else the node's default given here (``EXPIRY_NEVER``
+    and ``SIZE_UNLIMITED`` meaning none), as Iggy's server resolves ``ServerDefault``."""
+    options, given = topic.options, topic.explicit_options
+    expiry = options.message_expiry_us if "message_expiry_us" in given else message_expiry_us
+    size = options.max_topic_size_bytes if "max_topic_size_bytes" in given else max_topic_size_bytes
+    return expiry, size
 
 
 def partition_size_budget(

@@ -26,6 +26,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from broker.state.metadata import EXPIRY_NEVER, SEGMENT_SIZE_BYTES_MIN, SIZE_UNLIMITED
+from broker.state.option_values import parse_duration_us, parse_size_bytes
+
 ENV_PREFIX = "VIEWSTREAM_"
 DEFAULT_ADDRESS = "127.0.0.1:8090"
 NODE_NAME_SIZE_MAX = 255
@@ -131,6 +134,60 @@ class Limits(BaseModel):
         return self
 
 
+_NEVER_WORDS = frozenset({"none", "never", "never_expire", "unlimited"})
+
+
+class TopicDefaults(BaseModel):
+    """Options of topics created without them (or with 0, Iggy's ``ServerDefault``).
+
+    Written as Iggy's config writes them: a humantime duration (``7 days``, ``3s``) or
+    ``none`` for the expiry, a byte size (``10 GiB``) or ``unlimited`` for the size.
+    Retention reads them when it looks, so a change applies, at the next start, to every
+    topic that did not set its own.
+    """
+
+    message_expiry: str = Field(
+        "none",
+        description="Expiry of messages in topics without their own `message_expiry`: a "
+        "sealed segment whose newest message is older goes. `none`: never.",
+    )
+    max_topic_size: str = Field(
+        "unlimited",
+        description="Size cap of topics without their own `max_topic_size`: the oldest "
+        "sealed segments go until the topic fits. `unlimited`: none.",
+    )
+
+    @field_validator("message_expiry")
+    @classmethod
+    def _check_expiry(cls, value: str) -> str:
+        if value.strip().lower() not in _NEVER_WORDS:
+            micros = parse_duration_us(value)
+            if micros is None or micros < 1:
+                raise ValueError(f"{value!r} is not a duration (e.g. 7 days, 30s) or none")
+        return value
+
+    @field_validator("max_topic_size")
+    @classmethod
+    def _check_size(cls, value: str) -> str:
+        if value.strip().lower() not in _NEVER_WORDS:
+            size = parse_size_bytes(value)
+            if size is None or size < SEGMENT_SIZE_BYTES_MIN:
+                raise ValueError(f"{value!r} is not a size of at least 1 MiB (e.g. 10 GiB)")
+        return value
+
+    @property
+    def message_expiry_us(self) -> int:
+        """The expiry in microseconds; ``EXPIRY_NEVER`` for none."""
+        micros = parse_duration_us(self.message_expiry)
+        return EXPIRY_NEVER if micros is None else micros
+
+    @property
+    def max_topic_size_bytes(self) -> int:
+        """The size cap in bytes; ``SIZE_UNLIMITED`` for none."""
+        size = parse_size_bytes(self.max_topic_size)
+        return SIZE_UNLIMITED if size is None else size
+
+
 class Config(BaseSettings):
     """One node's configuration."""
 
@@ -199,6 +256,15 @@ class Config(BaseSettings):
     segment_size_bytes: int = Field(
         1 << 30, ge=1 << 20, le=1 << 30, description="Segment roll size."
     )
+    retention_interval_s: float = Field(
+        60.0,
+        gt=0,
+        le=86_400,
+        description="How often the primary of each partition group looks for expired or "
+        "oversize sealed segments and proposes their retention (Iggy's segment cleaner "
+        "interval).",
+    )
+    topic: TopicDefaults = Field(default_factory=TopicDefaults)
     tls_cert_file: Path | None = Field(
         None,
         description="PEM certificate chain of the client listener; with `tls_key_file` "

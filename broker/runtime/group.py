@@ -760,6 +760,12 @@ class GroupHost:
         if store.retain_due(floor):
             retain = partial(self._with_journal_busy, store.retain, floor)
             await self._storage_action("retention", retain)
+        if not self._sync_in_flight and store.retain_waits_for_sync(floor):
+            # The journal deletes only what it synced, and a replicated group's journal
+            # is not synced as it appends: one sync lets the deletion go on (its
+            # completion wakes this group, which comes back here), also when an earlier
+            # sync let only the oldest segments go.
+            self._sync_wanted.set()
 
     def _name(self) -> str:
         p = self.partition

@@ -107,12 +107,15 @@ from broker.core.maintenance import (
     AutoCommits,
     PurgesDue,
     PurgeView,
+    RetentionsDue,
+    RetentionView,
     root_user_due,
     tokens_expiry_due,
 )
 from broker.core.reads import READ_WAIT_US
 from broker.core.reconcile import METADATA_GROUP, partition_group_id, reconcile
 from broker.core.refusals import refusal_line
+from broker.core.retention import retention_due, topic_limits
 from broker.core.sessions import (
     MetadataView,
     session_to_end,
@@ -158,10 +161,11 @@ from broker.state.metadata_machine import (
     PartitionStats,
 )
 from broker.state.options import options_catalog
-from broker.state.partition_machine import purge_body, store_offset_body
+from broker.state.partition_machine import purge_body, retain_body, store_offset_body
 from broker.state.permissions import Action
 from broker.state.routing import PartitionRoute
 from consensus import Message, ReplicaConfig
+from journal import SegmentInfo
 from sdk import wire
 from sdk.wire import (
     CommandCode,
@@ -187,7 +191,8 @@ for a read barrier (``broker.core.reads``)."""
 SHUTDOWN_CONNECTIONS_TIMEOUT_S: Final = 5.0
 """Graceful shutdown waits this long for connections to finish their request in hand."""
 MAINTENANCE_INTERVAL_S: Final = 0.1
-"""Period of the node's housekeeping pass (root user, purges)."""
+"""Period of the node's housekeeping pass (root user, purges, token expiry; retention
+looks once every ``retention_interval_s`` within it)."""
 METADATA_CLIENTS_MAX: Final = SESSIONS_MAX
 """Client table entries of the metadata group: one per possible session."""
 PARTITION_CLIENTS_MAX: Final = 1024
@@ -253,6 +258,7 @@ class Node:
         self.system = SystemRunner(self)
         self._autocommits: AutoCommits[tuple[PartitionRoute, int, int]] = AutoCommits()
         self._purges = PurgesDue()
+        self._retentions = RetentionsDue(max(1, round(config.retention_interval_s * 1e6)))
         self._bootstrapping = False
         self._expiring_tokens = False
         self.stopping = False
@@ -524,6 +530,7 @@ class Node:
             self._maybe_bootstrap()
             self._maybe_purge()
             self._maybe_expire_tokens()
+            self._maybe_retain()
 
     async def _bootstrap_alone(self) -> None:
         while True:
@@ -613,6 +620,66 @@ class Node:
         finally:
             self._purges.finished(host.group_id)
 
+    def _maybe_retain(self) -> None:
+        """Propose, as primary, the retention of each partition whose oldest sealed
+        segments expired or overflow its topic's share of size, once an interval
+        (``broker.core.maintenance.RetentionsDue``, ``broker.core.retention``)."""
+        machine = self.metadata.metadata
+        if machine is None:
+            return
+        assert self._nursery is not None
+        now = now_us()
+        for group_id in self._retentions.due(now, self._hosted_partitions, self._retention_view):
+            host = self.groups[group_id]
+            offset = self._retention_offset(host, machine.state, now)
+            if offset is not None:
+                self._retentions.proposing(group_id)
+                self._nursery.start_soon(self._propose_retention, host, offset)
+
+    def _hosted_partitions(self) -> list[int]:
+        return [group_id for group_id, ref in self._refs.items() if group_id in self.groups]
+
+    def _retention_view(self, group_id: int) -> RetentionView | None:
+        host = self.groups.get(group_id)
+        if host is None or host.kind is not GroupKind.PARTITION:
+            return None
+        opened = host.partition_machine is not None and host.store is not None
+        return RetentionView(host.is_primary, opened and not host.journal_busy)
+
+    def _retention_offset(self, host: GroupHost, state: MetadataState, now: int) -> int | None:
+        """The offset ``host``'s partition should retain from now, read from its journal
+        (not busy: ``_retention_view``) and its topic's committed options."""
+        ref = self._refs.get(host.group_id)
+        machine = host.partition_machine
+        if ref is None or machine is None or host.store is None:
+            return None
+        try:
+            topic = state.topic(ref.stream_id, ref.topic_id)
+        except StateError:
+            return None  # deleted since: its group goes with the next reconcile
+        defaults = self.config.topic
+        expiry_us, size_bytes = topic_limits(
+            topic,
+            message_expiry_us=defaults.message_expiry_us,
+            max_topic_size_bytes=defaults.max_topic_size_bytes,
+        )
+        return retention_due(
+            machine.state,
+            host.store.segments(),
+            message_expiry_us=expiry_us,
+            max_topic_size_bytes=size_bytes,
+            partition_count=topic.partitions_count,
+            segment_size_bytes=ref.segment_size_bytes or self.config.segment_size_bytes,
+            now_us=now,
+        )
+
+    async def _propose_retention(self, host: GroupHost, offset: int) -> None:
+        try:
+            log.info("%s: retaining messages from offset %d", host.path.name, offset)
+            await self.system.run_partition(host, Operation.TRUNCATE_PARTITION, retain_body(offset))
+        finally:
+            self._retentions.finished(host.group_id)
+
     def auto_commit(
         self, group: CoreGroup, route: PartitionRoute, offset: int, user_id: int
     ) -> None:
@@ -657,6 +724,14 @@ class Node:
             size_bytes=state.retained_bytes,
             messages_count=max(0, state.retained_messages),
         )
+
+    def partition_segments(self, group: CoreGroup) -> list[SegmentInfo] | None:
+        """The journal segments of a partition group here, or None while its journal is
+        busy in a worker thread or not open (``broker.core.handlers.Node``)."""
+        host = self.groups.get(group.group_id)
+        if host is None or host.store is None or host.journal_busy:
+            return None
+        return host.store.segments()
 
     def runtime_report(self) -> StatsReport:
         uptime = time.monotonic() - self.started_at

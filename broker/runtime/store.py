@@ -65,6 +65,7 @@ from journal import (
     Journal,
     JournalConfig,
     JournalError,
+    SegmentInfo,
     Storage,
     StorageFile,
     Superblock,
@@ -327,6 +328,18 @@ class GroupStore:
         """Whether ``retain(op)`` would delete a segment now (cheap; any task)."""
         return not self._journal_reset_pending and self.journal.retain_due(op)
 
+    def retain_waits_for_sync(self, op: int) -> bool:
+        """Whether ``retain(op)`` could delete a segment once the journal is synced: it
+        deletes only below its durable op (``Journal.retain``), which a group that does
+        not sync as it appends (durability ``replicated``) leaves behind. Cheap while the
+        journal is synced up to ``op`` (any task)."""
+        journal = self.journal
+        return (
+            not self._journal_reset_pending
+            and journal.op_durable < min(op, journal.op_head)
+            and len(journal.segments()) > 1
+        )
+
     def seal_if_retired(self, op: int) -> None:
         """Seal the open segment when every record it holds is below ``op`` (a purge
         retired them all), so that ``retain`` may delete it too later; cheap (any task)."""
@@ -423,6 +436,11 @@ class GroupStore:
     def size_bytes(self) -> int:
         """Bytes in the journal's segments."""
         return sum(segment.size_bytes for segment in self.journal.segments())
+
+    def segments(self) -> list[SegmentInfo]:
+        """The journal's segments, oldest first (not while a journal action runs in a
+        worker thread: ``GroupHost.journal_busy``)."""
+        return self.journal.segments()
 
     def segments_count(self) -> int:
         return len(self.journal.segments())

@@ -203,8 +203,9 @@ def partition_request(operation: int, body: bytes) -> PartitionRequest:
             delete = wire.DeleteConsumerOffset.decode(body)
             return DeleteConsumerOffset(_consumer_key(delete.consumer))
         if operation == Operation.TRUNCATE_PARTITION:
-            # Built by a node's own system request (never a client's: internal operations
-            # are refused at admission), so a body that is neither form is a bug.
+            # Built by a node (its own system request, or the retention a DELETE_SEGMENTS
+            # it admitted asks for), never a client's bytes: internal operations are
+            # refused at admission, so a body that is neither form is a bug.
             order = cbor2.loads(body)
             if isinstance(order, list):
                 assert len(order) == 2 and order[0] == RETAIN_TAG, "retention body is ours"

@@ -78,6 +78,7 @@ from sdk.wire.metadata import (
     CreateConsumerGroup,
     CreateStream,
     CreateTopic,
+    DeleteSegments,
     GroupRef,
     PartitionsChange,
     StreamDetails,
@@ -203,6 +204,7 @@ RequestPayload: TypeAlias = (
     | CreateTopic
     | UpdateTopic
     | PartitionsChange
+    | DeleteSegments
     | SendMessages
     | PollMessages
     | GetConsumerOffset
@@ -359,6 +361,7 @@ COMMANDS: Final[dict[CommandCode, CommandSpec]] = dict(
         _spec(CommandCode.PURGE_TOPIC, TopicRef),
         _spec(CommandCode.CREATE_PARTITIONS, PartitionsChange),
         _spec(CommandCode.DELETE_PARTITIONS, PartitionsChange),
+        _spec(CommandCode.DELETE_SEGMENTS, DeleteSegments),
         _spec(CommandCode.GET_CONSUMER_GROUP, GroupRef, ConsumerGroupDetails, optional=True),
         _spec(CommandCode.GET_CONSUMER_GROUPS, TopicRef, ConsumerGroups),
         _spec(CommandCode.CREATE_CONSUMER_GROUP, CreateConsumerGroup, ConsumerGroupDetails),

@@ -2,8 +2,7 @@
 
 Purpose: typed request and reply payloads of GET/CREATE/DELETE/UPDATE/PURGE stream
 (200..205) and topic (300..305), CREATE/DELETE_PARTITIONS (402, 403), DELETE_SEGMENTS
-(503: the SDK sends it, the node does not serve it) and the consumer group commands
-(600..606).
+(503) and the consumer group commands (600..606).
 
 Invariants (as for every payload module):
 
@@ -539,9 +538,8 @@ class DeleteSegments:
     """DELETE_SEGMENTS (503) request: ``[stream][topic][partition_id u32]
     [segments_count u32]``, the oldest ``segments_count`` sealed segments of a partition.
 
-    Not in ``COMMANDS``: the node does not serve 503 (it answers InvalidCommand), so the
-    codec registry, which names what the node decodes, leaves it out; the SDK sends this
-    body under the bare code so a caller hears the node's own answer.
+    The reply is empty on success, as Iggy's (its server commits the deletion as a
+    ``TruncatePartition`` and acks; nothing sealed to delete is a success too).
     """
 
     stream_id: Identifier

@@ -20,6 +20,7 @@ from broker.core.commands import (
     acting_session,
     admit_command,
     admit_create_token,
+    admit_delete_segments,
     admit_metadata_write,
     admit_offset_write,
     admit_poll,
@@ -46,6 +47,7 @@ from broker.state.metadata_machine import MetadataMachine, PartitionStats
 from broker.state.partition import ConsumerKey, ConsumerKind
 from broker.state.partition_machine import STORE_USER
 from broker.state.permissions import Permissions, StreamPermissions
+from broker.state.routing import PartitionRoute
 from consensus.client_table import ClientTable
 from consensus.messages import Prepare, make_prepare_header
 from sdk import wire
@@ -152,6 +154,26 @@ def test_a_metadata_write_is_judged_for_its_session_before_it_is_encoded() -> No
     assert denied == Denied(int(ErrorCode.UNAUTHORIZED), operation=int(Operation.CREATE_STREAM))
     logout = admit_metadata_write(state, CommandCode.LOGOUT_USER, wire.Empty(), reader, None)
     assert isinstance(logout, MetadataWrite) and logout.command == Logout()
+
+
+def test_delete_segments_needs_manage_topic_and_a_partition_that_exists() -> None:
+    driver, reader = _world()
+    state = driver.state
+
+    def request(stream: str, topic: str, partition: int) -> wire.DeleteSegments:
+        return wire.DeleteSegments(wire.Identifier(stream), wire.Identifier(topic), partition, 2)
+
+    route = admit_delete_segments(state, request("s", "t", 2), driver.root_session)
+    assert route == PartitionRoute(0, 0, 2)
+    for denied, session, code in (
+        (request("s", "t", 0), reader, ErrorCode.UNAUTHORIZED),  # reading is not managing
+        (request("s", "t", 3), driver.root_session, ErrorCode.PARTITION_NOT_FOUND),
+        (request("s", "u", 0), driver.root_session, ErrorCode.TOPIC_ID_NOT_FOUND),
+        (request("x", "t", 0), driver.root_session, ErrorCode.STREAM_ID_NOT_FOUND),
+    ):
+        with pytest.raises(StateError) as refused:
+            admit_delete_segments(state, denied, session)
+        assert refused.value.code is code
 
 
 def test_a_creation_beyond_the_node_capacity_is_denied_with_the_reason() -> None:

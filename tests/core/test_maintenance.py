@@ -6,6 +6,8 @@ from broker.core.maintenance import (
     AutoCommits,
     PurgesDue,
     PurgeView,
+    RetentionsDue,
+    RetentionView,
     root_user_due,
     tokens_expiry_due,
 )
@@ -95,3 +97,55 @@ def test_expired_tokens_are_removed_by_the_primary_once_the_earliest_expiry_pass
     assert driver.apply(ExpireTokens()) == Done()
     assert not tokens_expiry_due(state, 1 << 63, is_primary=True, expiring=False)
     assert [t.name for t in state.personal_access_tokens(driver.root_session)] == ["never"]
+
+
+PRIMARY = RetentionView(is_primary=True, readable=True)
+BUSY = RetentionView(is_primary=True, readable=False)
+BACKUP = RetentionView(is_primary=False, readable=True)
+
+
+def test_retention_looks_at_every_primary_once_an_interval_starting_one_after_the_first() -> None:
+    due = RetentionsDue(interval_us=1_000)
+    views: dict[int, RetentionView | None] = {3: PRIMARY, 1: PRIMARY, 2: BACKUP}
+    listed: list[int] = []
+
+    def hosted() -> list[int]:
+        listed.append(0)
+        return list(views)
+
+    assert due.due(0, hosted, views.get) == []  # the first look is one interval away
+    assert due.due(999, hosted, views.get) == []
+    assert listed == []  # nothing listed between intervals
+    assert due.due(1_000, hosted, views.get) == [1, 3]  # in group order; the backup never
+    assert due.due(1_500, hosted, views.get) == []  # once an interval
+    assert due.due(2_000, hosted, views.get) == [1, 3]
+    assert len(listed) == 2
+
+
+def test_a_busy_journal_is_looked_at_on_the_next_pass_and_a_running_proposal_is_not_doubled() -> (
+    None
+):
+    due = RetentionsDue(interval_us=100)
+    views: dict[int, RetentionView | None] = {5: BUSY, 6: PRIMARY}
+    assert due.due(0, lambda: list(views), views.get) == []
+    assert due.due(100, lambda: list(views), views.get) == [6]
+    due.proposing(6)
+    views[5] = PRIMARY
+    assert due.due(110, lambda: list(views), views.get) == [5]  # the next pass, not interval
+    assert due.due(120, lambda: list(views), views.get) == []
+    assert due.due(200, lambda: list(views), views.get) == [5]  # 6 still proposing
+    due.finished(6)
+    assert due.due(300, lambda: list(views), views.get) == [5, 6]
+
+
+def test_a_group_gone_or_no_longer_primary_while_owed_a_look_is_dropped() -> None:
+    due = RetentionsDue(interval_us=100)
+    views: dict[int, RetentionView | None] = {1: BUSY, 2: BUSY}
+    assert due.due(0, lambda: [1, 2], views.get) == []
+    assert due.due(100, lambda: [1, 2], views.get) == []
+    views[1] = None
+    views[2] = BACKUP
+    assert due.due(110, lambda: [1, 2], views.get) == []
+    views[1] = views[2] = PRIMARY
+    assert due.due(150, lambda: [1, 2], views.get) == []  # dropped until the next interval
+    assert due.due(200, lambda: [1, 2], views.get) == [1, 2]

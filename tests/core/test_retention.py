@@ -20,10 +20,19 @@ from broker.core.retention import (
     retain_from,
     retention_due,
     sealed_segments,
+    topic_limits,
 )
-from broker.state.metadata import EXPIRY_NEVER, SIZE_UNLIMITED
+from broker.state.metadata import (
+    EXPIRY_NEVER,
+    SIZE_UNLIMITED,
+    CreateStream,
+    CreateTopic,
+    MetadataState,
+    TopicOptionsPatch,
+)
 from broker.state.partition import PartitionState, RetainPartition, SendMessages
 from journal import Journal, JournalConfig, MemoryStorage
+from tests.state.helpers import driver_with_root
 from tests.state.partition_helpers import Group, batch
 
 # Three sealed segments: offsets [0, 10), [10, 25), [25, 40); appended at 100, 200, 300 s.
@@ -186,3 +195,17 @@ def test_sealed_segments_of_a_real_journal_map_ops_to_offsets() -> None:
         now_us=10**9,
     )
     assert never is None
+
+
+def test_a_topic_without_its_own_expiry_or_size_is_held_to_the_nodes_defaults() -> None:
+    driver = driver_with_root()
+    driver.as_root(CreateStream("s"))
+    own = TopicOptionsPatch(message_expiry_us=5_000_000)
+    driver.as_root(CreateTopic(0, "own", 1, own))
+    driver.as_root(CreateTopic(0, "defaulted", 1))
+    state: MetadataState = driver.state
+    node = {"message_expiry_us": 7_000_000, "max_topic_size_bytes": 1 << 30}
+    assert topic_limits(state.topic(0, "own"), **node) == (5_000_000, 1 << 30)
+    assert topic_limits(state.topic(0, "defaulted"), **node) == (7_000_000, 1 << 30)
+    never = {"message_expiry_us": EXPIRY_NEVER, "max_topic_size_bytes": SIZE_UNLIMITED}
+    assert topic_limits(state.topic(0, "defaulted"), **never) == (EXPIRY_NEVER, SIZE_UNLIMITED)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from broker.runtime.config import ConfigError, load_config
+from broker.state.metadata import EXPIRY_NEVER, SIZE_UNLIMITED
 
 
 @pytest.fixture(autouse=True)
@@ -152,3 +153,38 @@ def test_config_node_name_names_this_node_and_the_others_keep_theirs() -> None:
     assert named.cluster_node_names == ["node-0", "east-b", "node-2"]
     listed = load_config(**roster, node_names=["a", "b", "c"], node_name="b")
     assert listed.cluster_node_names == ["a", "b", "c"]
+
+
+def test_retention_settings_default_to_iggys_and_read_topic_defaults_from_a_toml_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = load_config()
+    assert config.retention_interval_s == 60.0
+    assert config.topic.message_expiry_us == EXPIRY_NEVER
+    assert config.topic.max_topic_size_bytes == SIZE_UNLIMITED
+    toml = tmp_path / "node.toml"
+    toml.write_text(
+        '[topic]\nmessage_expiry = "2 days 1h"\nmax_topic_size = "10 GiB"\n', encoding="utf-8"
+    )
+    monkeypatch.setenv("VIEWSTREAM_RETENTION_INTERVAL_S", "1.5")
+    config = load_config(config_file=toml)
+    assert config.retention_interval_s == 1.5
+    assert config.topic.message_expiry_us == (2 * 86_400 + 3_600) * 1_000_000
+    assert config.topic.max_topic_size_bytes == 10 << 30
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("TOPIC__MESSAGE_EXPIRY", "soon"),
+        ("TOPIC__MAX_TOPIC_SIZE", "1 KiB"),
+        ("RETENTION_INTERVAL_S", "0"),
+    ],
+)
+def test_bad_retention_settings_stop_the_node_naming_them(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    monkeypatch.setenv(f"VIEWSTREAM_{name}", value)
+    with pytest.raises(ConfigError) as refused:
+        load_config()
+    assert name.lower().replace("__", ".") in str(refused.value)

@@ -1,7 +1,7 @@
 """The SDK's user, token and segment calls against a real node over TCP: users created,
 renamed, re-permissioned and deleted; a token created, listed, logged in with (by the
-blocking and the trio client), and deleted; DELETE_SEGMENTS answered with the node's
-refusal."""
+blocking and the trio client), and deleted; DELETE_SEGMENTS served (its effect on segments
+is ``tests/runtime/test_retention.py``'s)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from sdk import AsyncClient, Client
 from sdk.connection_string import ClientConfig
-from sdk.errors import IggyError, InvalidCommand, InvalidCredentials
+from sdk.errors import IggyError, InvalidCredentials
 from sdk.wire import (
     GlobalPermissions,
     IggyErrorCode,
@@ -112,14 +112,17 @@ def test_token_with_a_taken_name_is_refused_with_iggys_code(real_node: NodeProce
         root.close()
 
 
-def test_delete_segments_hears_the_nodes_refusal(real_node: NodeProcess) -> None:
+def test_delete_segments_of_a_partition_without_sealed_segments_succeeds_and_of_none_fails(
+    real_node: NodeProcess,
+) -> None:
     root = _root(real_node)
     try:
         root.create_stream("sdk-segments")
         root.create_topic("sdk-segments", "t", 1)
-        with pytest.raises(InvalidCommand) as refused:
-            root.delete_segments("sdk-segments", "t", 0, 1)
-        assert refused.value.code == IggyErrorCode.INVALID_COMMAND
+        root.delete_segments("sdk-segments", "t", 0, 1)  # nothing sealed: nothing to do
+        with pytest.raises(IggyError) as refused:
+            root.delete_segments("sdk-segments", "t", 3, 1)
+        assert refused.value.code == IggyErrorCode.PARTITION_NOT_FOUND
         # The refusal leaves the session usable.
         assert root.get_stream("sdk-segments") is not None
         root.delete_stream("sdk-segments")

@@ -35,6 +35,7 @@ from sdk.wire import (
     CreateTopic,
     CreateUser,
     DeleteConsumerOffset,
+    DeleteSegments,
     DescribeOptions,
     Empty,
     GetConsumerOffset,
@@ -182,6 +183,7 @@ update_streams = st.builds(UpdateStream, identifiers, names, option_lists())
 create_topics = st.builds(CreateTopic, identifiers, U32, names, option_lists())
 update_topics = st.builds(UpdateTopic, identifiers, identifiers, names, option_lists())
 partition_changes = st.builds(PartitionsChange, identifiers, identifiers, U32)
+delete_segments = st.builds(DeleteSegments, identifiers, identifiers, U32, U32)
 polls = st.builds(
     PollMessages,
     consumers,
@@ -480,6 +482,7 @@ REQUESTS: dict[CommandCode, st.SearchStrategy[RequestPayload]] = {
     CommandCode.PURGE_TOPIC: topic_refs,
     CommandCode.CREATE_PARTITIONS: partition_changes,
     CommandCode.DELETE_PARTITIONS: partition_changes,
+    CommandCode.DELETE_SEGMENTS: delete_segments,
     CommandCode.GET_CONSUMER_GROUP: group_refs,
     CommandCode.GET_CONSUMER_GROUPS: topic_refs,
     CommandCode.CREATE_CONSUMER_GROUP: create_groups,
@@ -534,6 +537,7 @@ REPLIES: dict[CommandCode, st.SearchStrategy[ReplyPayload]] = {
     CommandCode.PURGE_TOPIC: st.just(Empty()),
     CommandCode.CREATE_PARTITIONS: st.just(Empty()),
     CommandCode.DELETE_PARTITIONS: st.just(Empty()),
+    CommandCode.DELETE_SEGMENTS: st.just(Empty()),
     CommandCode.GET_CONSUMER_GROUP: group_details(),
     CommandCode.GET_CONSUMER_GROUPS: groups_lists,
     CommandCode.CREATE_CONSUMER_GROUP: group_details(),

@@ -222,7 +222,6 @@ def _raw_request(operation: Operation, code: int = 0, body: bytes = b"") -> memo
         (Operation.NON_REPLICATED, 9999),  # not a command
         (Operation.NON_REPLICATED, CommandCode.FLUSH_UNSAVED_BUFFER),  # not supported here
         (Operation.NON_REPLICATED, CommandCode.CREATE_STREAM),  # a write sent as a read
-        (Operation.DELETE_SEGMENTS, 0),  # replicated, not supported here
         (Operation.TRUNCATE_PARTITION, 0),  # server-internal
     ],
 )
@@ -230,6 +229,11 @@ def test_unsupported_commands_are_protocol_errors(operation: Operation, code: in
     with pytest.raises(ProtocolError) as refused:
         request_command_code(RequestHeader.unpack_from(_raw_request(operation, code)))
     assert refused.value.code is IggyErrorCode.INVALID_COMMAND
+
+
+def test_delete_segments_travels_as_its_replicated_operation() -> None:
+    header = RequestHeader.unpack_from(_raw_request(Operation.DELETE_SEGMENTS))
+    assert request_command_code(header) is CommandCode.DELETE_SEGMENTS
 
 
 def test_register_and_logout_map_to_their_codes() -> None:
