@@ -103,6 +103,7 @@ from broker.core.handlers import (
     login_user,
 )
 from broker.core.handlers import Group as CoreGroup
+from broker.core.logins import LoginThrottle
 from broker.core.maintenance import (
     AutoCommits,
     PurgesDue,
@@ -138,7 +139,6 @@ from broker.runtime.throttle import (
     HOST_LOGINS_WAITING_MAX,
     PASSWORD_CHECKS_CONCURRENT,
     HostTurns,
-    LoginThrottle,
     TurnsBusy,
 )
 from broker.state.codec import encode_command

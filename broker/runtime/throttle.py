@@ -22,17 +22,14 @@ oracle at the speed of the hardware. Two bounds, both in the node:
    At most ``HOST_LOGINS_WAITING_MAX`` logins of a failing host (one with a delay) wait
    for its turn; more are refused at once as transient (58), without a check.
 
-The wait is per host, not per user: a flood cannot lock a user out from other
-addresses, and a user behind the attacker's address waits at most ``MAX_DELAY_S`` per
-attempt. The clock is the caller's (``trio.current_time()``), so the rules are pure.
+The delay rule (2) is ``broker.core.logins.LoginThrottle``, pure, on the caller's clock
+(``trio.current_time()`` here); this module holds the bounds that need trio (1, 3).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Final
 
 import trio
@@ -40,55 +37,6 @@ import trio
 PASSWORD_CHECKS_CONCURRENT: Final = 2
 """Password checks at once, node-wide: one more than a single address may hold, so one
 address's flood never makes another address's login wait (invariant 3)."""
-FREE_FAILURES: Final = 3
-BASE_DELAY_S: Final = 0.05
-MAX_DELAY_S: Final = 2.0
-FORGET_AFTER_S: Final = 60.0
-HOSTS_MAX: Final = 10_000
-
-
-@dataclass(slots=True)
-class _Failures:
-    count: int
-    last_s: float
-
-
-class LoginThrottle:
-    """Failed-login counts per host and the wait they impose; see the module docstring."""
-
-    def __init__(self) -> None:
-        self._hosts: OrderedDict[str, _Failures] = OrderedDict()
-
-    def delay_s(self, host: str, now_s: float) -> float:
-        """How long a login from ``host`` waits before its password is checked."""
-        failures = self._hosts.get(host)
-        if failures is None:
-            return 0.0
-        if now_s - failures.last_s >= FORGET_AFTER_S:
-            del self._hosts[host]
-            return 0.0
-        over = failures.count - FREE_FAILURES
-        if over < 0:
-            return 0.0
-        return min(MAX_DELAY_S, BASE_DELAY_S * 2.0**over)
-
-    def failed(self, host: str, now_s: float) -> None:
-        failures = self._hosts.pop(host, None)
-        if failures is None or now_s - failures.last_s >= FORGET_AFTER_S:
-            failures = _Failures(0, now_s)
-        failures.count += 1
-        failures.last_s = now_s
-        self._hosts[host] = failures  # now the most recently failed
-        while len(self._hosts) > HOSTS_MAX:
-            self._hosts.popitem(last=False)
-
-    def succeeded(self, host: str) -> None:
-        self._hosts.pop(host, None)
-
-    def __len__(self) -> int:
-        return len(self._hosts)
-
-
 HOST_LOGINS_WAITING_MAX: Final = 2
 """Logins of a *failing* host (one that waits a delay) that may wait for its turn; one
 more is refused at once (58), so a flood's abandoned attempts never pile up in front of

@@ -1,4 +1,5 @@
-"""The failed-login throttle's rules (``broker.runtime.throttle``), with a made-up clock."""
+"""The failed-login throttle: its delay rule (``broker.core.logins``) with a made-up clock,
+and the runtime's turns around it (``broker.runtime.throttle``)."""
 
 from __future__ import annotations
 
@@ -6,17 +7,15 @@ import pytest
 import trio
 import trio.testing
 
-from broker.runtime import throttle
-from broker.runtime.throttle import (
+from broker.core import logins
+from broker.core.logins import (
     BASE_DELAY_S,
     FORGET_AFTER_S,
     FREE_FAILURES,
-    HOST_LOGINS_WAITING_MAX,
     MAX_DELAY_S,
-    HostTurns,
     LoginThrottle,
-    TurnsBusy,
 )
+from broker.runtime.throttle import HOST_LOGINS_WAITING_MAX, HostTurns, TurnsBusy
 
 
 def test_a_host_waits_only_after_its_free_failures_and_twice_as_long_each_time() -> None:
@@ -45,7 +44,7 @@ def test_the_wait_is_capped_cleared_by_a_success_and_forgotten_in_time() -> None
 def test_memory_is_bounded_by_forgetting_the_least_recently_failed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(throttle, "HOSTS_MAX", 3)
+    monkeypatch.setattr(logins, "HOSTS_MAX", 3)
     rules = LoginThrottle()
     for index in range(5):
         for _ in range(FREE_FAILURES + 1):
