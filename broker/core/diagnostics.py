@@ -89,6 +89,7 @@ _ZIP_METHODS: Final[Mapping[SnapshotCompression, int | None]] = MappingProxyType
 """The ``zipfile`` method of each of Iggy's compressions; None: not writable here."""
 
 _ZIP_EPOCH: Final = datetime.datetime(1980, 1, 1, tzinfo=datetime.UTC)
+_UNIX_EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 """The earliest time a zip entry can carry."""
 
 
@@ -135,7 +136,8 @@ def snapshot_archive(
             :data:`SNAPSHOT_ARCHIVE_BYTES_MAX` (invariant 4).
     """
     assert set(texts) == set(plan.sections), (sorted(texts), plan.sections)
-    stamp = max(_ZIP_EPOCH, datetime.datetime.fromtimestamp(now_us / 1e6, datetime.UTC))
+    # Calendar arithmetic on the given instant (no clock, no local time zone).
+    stamp = max(_ZIP_EPOCH, _UNIX_EPOCH + datetime.timedelta(microseconds=now_us))
     date_time = (stamp.year, stamp.month, stamp.day, stamp.hour, stamp.minute, stamp.second)
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:

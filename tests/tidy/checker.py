@@ -1,7 +1,7 @@
 """An AST check that keeps the deterministic packages deterministic.
 
-The packages ``consensus/``, ``journal/``, ``broker/state/`` and ``sim/`` must replay bit
-for bit from a seed, so they may not:
+The packages ``consensus/``, ``journal/``, ``broker/state/``, ``broker/core/`` and ``sim/``
+must replay bit for bit from a seed, so they may not:
 
 1. read a clock (``time.*``, ``datetime.now()`` and friends, ``uuid.uuid1/uuid4``);
 2. draw from module-level randomness (``random.random()``, ``random.choice()``, an
@@ -22,7 +22,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-DETERMINISTIC_PACKAGES = ("consensus", "journal", "broker/state", "sim")
+DETERMINISTIC_PACKAGES = ("consensus", "journal", "broker/state", "broker/core", "sim")
 
 # The one module allowed to touch the OS for storage; it may not read clocks either.
 CLOCK_MODULES = {"time", "datetime"}
