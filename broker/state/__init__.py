@@ -3,7 +3,8 @@
 Modules:
 
 - ``metadata``: the metadata group's domain model (streams, topics, partitions, users,
-  sessions, consumer groups) with typed commands, results, read views and CBOR snapshots.
+  sessions, consumer groups) with typed commands, results and read views.
+- ``snapshot``: the metadata state's snapshot, canonical CBOR bytes and back.
 - ``partition``: one partition group's model (stamped batches, dense offsets, consumer
   offsets, committed-only polls).
 - ``permissions`` and ``credentials``: Iggy's permission rules and scrypt password hashes.

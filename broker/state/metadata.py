@@ -44,6 +44,11 @@ committed local state, and :meth:`authorize` lets the runtime refuse a request b
 proposing it. Apply checks permissions again on committed state, because permissions may
 change between admission and commit; both checks read the same committed state, so every
 replica agrees.
+
+The snapshot codec lives beside this module (``snapshot.py``) and imports it, never the
+other way round: it reads the state through :meth:`MetadataState.contents` (the counters
+and the entity tables, nothing derived) and rebuilds one through
+:meth:`MetadataState.from_contents`, which derives every index again.
 """
 
 from __future__ import annotations
@@ -53,15 +58,11 @@ from dataclasses import dataclass, field, fields, replace
 from enum import Enum, IntEnum
 from typing import Any, TypeAlias
 
-import cbor2
-
 from broker.state.credentials import TOKEN_HASH_SIZE_BYTES, PasswordHash
 from broker.state.errors import ErrorCode, StateError
 from broker.state.permissions import (
     Action,
     Permissions,
-    permissions_from_plain,
-    permissions_to_plain,
     permits,
     root_permissions,
 )
@@ -105,10 +106,6 @@ MESSAGES_REQUIRED_TO_SAVE_DEFAULT = 1024
 MESSAGES_REQUIRED_TO_SAVE_MAX = 16 * 1024 * 1024
 SIZE_REQUIRED_TO_SAVE_BYTES_DEFAULT = 1 << 20
 SIZE_REQUIRED_TO_SAVE_BYTES_MAX = 1 << 30
-
-SNAPSHOT_VERSION = 2
-"""Version 2 added personal access tokens; a version 1 snapshot is read as holding none."""
-SNAPSHOT_VERSIONS_READABLE = (1, 2)
 
 
 class Durability(Enum):
@@ -572,11 +569,13 @@ MetadataResult: TypeAlias = (
 
 
 # ---------------------------------------------------------------------------------------
-# Internal entities (mutable, owned only by MetadataState).
+# Entities: mutable, owned by one MetadataState. Public only so that the snapshot codec
+# (``snapshot.py``) can read them through ``MetadataState.contents`` and build them for
+# ``MetadataState.from_contents``; every other reader gets the frozen ``*Info`` views.
 
 
 @dataclass(slots=True)
-class _Partition:
+class PartitionEntity:
     id: int
     created_at_us: int
     created_op: int
@@ -584,45 +583,45 @@ class _Partition:
 
 
 @dataclass(slots=True)
-class _Member:
+class MemberEntity:
     session: int
     member_id: int
     joined_op: int
 
 
 @dataclass(slots=True)
-class _Group:
+class GroupEntity:
     id: int
     name: str
     generation: int = 1
-    members: list[_Member] = field(default_factory=list)  # in join order
+    members: list[MemberEntity] = field(default_factory=list)  # in join order
 
 
 @dataclass(slots=True)
-class _Topic:
+class TopicEntity:
     id: int
     name: str
     created_at_us: int
     options: TopicOptions
     explicit_options: tuple[str, ...] = ()
-    partitions: list[_Partition] = field(default_factory=list)
-    groups: dict[int, _Group] = field(default_factory=dict)
+    partitions: list[PartitionEntity] = field(default_factory=list)
+    groups: dict[int, GroupEntity] = field(default_factory=dict)
     group_ids_by_name: dict[str, int] = field(default_factory=dict)
     next_group_id: int = 0
 
 
 @dataclass(slots=True)
-class _Stream:
+class StreamEntity:
     id: int
     name: str
     created_at_us: int
-    topics: dict[int, _Topic] = field(default_factory=dict)
+    topics: dict[int, TopicEntity] = field(default_factory=dict)
     topic_ids_by_name: dict[str, int] = field(default_factory=dict)
     next_topic_id: int = 0
 
 
 @dataclass(slots=True)
-class _User:
+class UserEntity:
     id: int
     username: str
     created_at_us: int
@@ -632,14 +631,14 @@ class _User:
 
 
 @dataclass(slots=True)
-class _Token:
+class TokenEntity:
     name: str
     token_hash: bytes
     expiry_at_us: int | None
 
 
 @dataclass(slots=True)
-class _Session:
+class SessionEntity:
     session: int
     client_id: int
     user_id: int
@@ -647,25 +646,43 @@ class _Session:
     created_at_us: int
 
 
+@dataclass(frozen=True, slots=True)
+class MetadataContents:
+    """What a :class:`MetadataState` holds that is not derived: its counters and its
+    tables, each in id order (tokens by owner, then name). The state's own indexes (names,
+    clients, sessions per user, token hashes), the partition total and the earliest token
+    expiry are derived from it by :meth:`MetadataState.from_contents`; an entity's own
+    (a stream's topics by name, a topic's groups by name) travel inside the entity."""
+
+    next_stream_id: int
+    next_user_id: int
+    next_session_number: int
+    root_user_id: int | None
+    streams: tuple[StreamEntity, ...]
+    users: tuple[UserEntity, ...]
+    sessions: tuple[SessionEntity, ...]
+    tokens: tuple[tuple[int, TokenEntity], ...]  # (owner's user id, token)
+
+
 class MetadataState:
     """The replicated metadata of one server cluster. See the module docstring."""
 
     def __init__(self) -> None:
-        self._streams: dict[int, _Stream] = {}
+        self._streams: dict[int, StreamEntity] = {}
         self._stream_ids_by_name: dict[str, int] = {}
         self._next_stream_id = 0
-        self._users: dict[int, _User] = {}
+        self._users: dict[int, UserEntity] = {}
         self._user_ids_by_name: dict[str, int] = {}
         self._next_user_id = 0
         self._root_user_id: int | None = None
-        self._sessions: dict[int, _Session] = {}
+        self._sessions: dict[int, SessionEntity] = {}
         self._session_by_client: dict[int, int] = {}
         # user id -> that user's sessions, oldest first (an index over ``_sessions``).
         self._user_sessions: dict[int, dict[int, None]] = {}
         self._next_session_number = 0
         self._partitions_total = 0
         # user id -> token name -> token; and the index of every token by its hash.
-        self._tokens: dict[int, dict[str, _Token]] = {}
+        self._tokens: dict[int, dict[str, TokenEntity]] = {}
         self._token_owners: dict[bytes, tuple[int, str]] = {}
         self._token_expiry_min_us: int | None = None
         self._handlers: dict[type, Callable[[Any, ApplyContext], MetadataResult]] = {
@@ -899,7 +916,7 @@ class MetadataState:
             raise StateError(ErrorCode.STREAM_NAME_ALREADY_EXISTS, cmd.name)
         if len(self._streams) >= STREAMS_MAX or self._next_stream_id > U32_MAX:
             raise StateError(ErrorCode.TOO_MANY_STREAMS)
-        stream = _Stream(self._next_stream_id, cmd.name, ctx.timestamp_us)
+        stream = StreamEntity(self._next_stream_id, cmd.name, ctx.timestamp_us)
         self._next_stream_id += 1
         self._streams[stream.id] = stream
         self._stream_ids_by_name[stream.name] = stream.id
@@ -946,11 +963,11 @@ class MetadataState:
         self._check_partitions_to_add(0, cmd.partitions_count, allow_zero=True)
         options = cmd.options.apply_to(TopicOptions())
         _check_options(options)
-        topic = _Topic(
+        topic = TopicEntity(
             stream.next_topic_id, cmd.name, ctx.timestamp_us, options, cmd.options.given()
         )
         topic.partitions = [
-            _Partition(i, ctx.timestamp_us, ctx.op) for i in range(cmd.partitions_count)
+            PartitionEntity(i, ctx.timestamp_us, ctx.op) for i in range(cmd.partitions_count)
         ]
         stream.next_topic_id += 1
         stream.topics[topic.id] = topic
@@ -1005,7 +1022,7 @@ class MetadataState:
         self._check_partitions_to_add(len(topic.partitions), cmd.count, allow_zero=False)
         first = len(topic.partitions)
         topic.partitions.extend(
-            _Partition(i, ctx.timestamp_us, ctx.op) for i in range(first, first + cmd.count)
+            PartitionEntity(i, ctx.timestamp_us, ctx.op) for i in range(first, first + cmd.count)
         )
         self._partitions_total += cmd.count
         _bump_generations(topic)
@@ -1065,7 +1082,9 @@ class MetadataState:
             raise StateError(ErrorCode.USER_ALREADY_EXISTS, username)
         if len(self._users) >= USERS_MAX or self._next_user_id > U32_MAX:
             raise StateError(ErrorCode.USERS_LIMIT_REACHED)
-        user = _User(self._next_user_id, username, ctx.timestamp_us, status, permissions, password)
+        user = UserEntity(
+            self._next_user_id, username, ctx.timestamp_us, status, permissions, password
+        )
         self._next_user_id += 1
         self._users[user.id] = user
         self._user_ids_by_name[username] = user.id
@@ -1128,7 +1147,7 @@ class MetadataState:
 
     # -- personal access tokens -------------------------------------------------------------
 
-    def _token_actor(self, session: int | None) -> _User:
+    def _token_actor(self, session: int | None) -> UserEntity:
         """The user a token command acts for: the session's, active (tokens are one's own,
         no permission governs them, as in Iggy)."""
         user = self._users[self._find_session(session).user_id]
@@ -1152,7 +1171,9 @@ class MetadataState:
             expiry_at = ctx.timestamp_us + cmd.expiry_us
             if expiry_at > U64_MAX:
                 raise StateError(ErrorCode.INVALID_PERSONAL_ACCESS_TOKEN_EXPIRY)
-        self._tokens.setdefault(user.id, {})[cmd.name] = _Token(cmd.name, cmd.token_hash, expiry_at)
+        self._tokens.setdefault(user.id, {})[cmd.name] = TokenEntity(
+            cmd.name, cmd.token_hash, expiry_at
+        )
         self._token_owners[cmd.token_hash] = (user.id, cmd.name)
         if expiry_at is not None and (
             self._token_expiry_min_us is None or expiry_at < self._token_expiry_min_us
@@ -1182,7 +1203,7 @@ class MetadataState:
         self._recompute_token_expiry()
         return Done()
 
-    def _remove_token(self, user_id: int, token: _Token) -> None:
+    def _remove_token(self, user_id: int, token: TokenEntity) -> None:
         own = self._tokens[user_id]
         del own[token.name]
         if not own:
@@ -1217,7 +1238,7 @@ class MetadataState:
                 raise StateError(ErrorCode.UNAUTHORIZED, "the client id is another user's")
             self._drop_session(previous)
         self._make_room_for_session(user.id)
-        session = _Session(
+        session = SessionEntity(
             ctx.op, cmd.client_id, user.id, self._next_session_number, ctx.timestamp_us
         )
         self._next_session_number = (self._next_session_number + 1) & U32_MAX
@@ -1283,7 +1304,7 @@ class MetadataState:
             raise StateError(ErrorCode.CONSUMER_GROUP_NAME_ALREADY_EXISTS, cmd.name)
         if len(topic.groups) >= CONSUMER_GROUPS_PER_TOPIC_MAX or topic.next_group_id > U32_MAX:
             raise StateError(ErrorCode.INVALID_CONSUMER_GROUP_NAME, "too many groups")
-        group = _Group(topic.next_group_id, cmd.name)
+        group = GroupEntity(topic.next_group_id, cmd.name)
         topic.next_group_id += 1
         topic.groups[group.id] = group
         topic.group_ids_by_name[group.name] = group.id
@@ -1306,7 +1327,7 @@ class MetadataState:
         session = self._find_session(ctx.session)
         if any(m.session == session.session for m in group.members):
             return Done()  # joining twice is a no-op, as a retry after a lost reply would be
-        group.members.append(_Member(session.session, session.number, ctx.op))
+        group.members.append(MemberEntity(session.session, session.number, ctx.op))
         group.generation += 1
         return Done()
 
@@ -1385,35 +1406,35 @@ class MetadataState:
 
     # -- lookups --------------------------------------------------------------------------
 
-    def _find_stream(self, stream: Ident) -> _Stream:
+    def _find_stream(self, stream: Ident) -> StreamEntity:
         stream_id = self._stream_ids_by_name.get(stream) if isinstance(stream, str) else stream
         found = None if stream_id is None else self._streams.get(stream_id)
         if found is None:
             raise StateError(ErrorCode.STREAM_ID_NOT_FOUND, repr(stream))
         return found
 
-    def _find_topic(self, stream: _Stream, topic: Ident) -> _Topic:
+    def _find_topic(self, stream: StreamEntity, topic: Ident) -> TopicEntity:
         topic_id = stream.topic_ids_by_name.get(topic) if isinstance(topic, str) else topic
         found = None if topic_id is None else stream.topics.get(topic_id)
         if found is None:
             raise StateError(ErrorCode.TOPIC_ID_NOT_FOUND, repr(topic))
         return found
 
-    def _find_group(self, topic: _Topic, group: Ident) -> _Group:
+    def _find_group(self, topic: TopicEntity, group: Ident) -> GroupEntity:
         group_id = topic.group_ids_by_name.get(group) if isinstance(group, str) else group
         found = None if group_id is None else topic.groups.get(group_id)
         if found is None:
             raise StateError(ErrorCode.CONSUMER_GROUP_ID_NOT_FOUND, repr(group))
         return found
 
-    def _find_user(self, user: Ident) -> _User:
+    def _find_user(self, user: Ident) -> UserEntity:
         user_id = self._user_ids_by_name.get(user) if isinstance(user, str) else user
         found = None if user_id is None else self._users.get(user_id)
         if found is None:
             raise StateError(ErrorCode.RESOURCE_NOT_FOUND, f"user {user!r}")
         return found
 
-    def _find_session(self, session: int | None) -> _Session:
+    def _find_session(self, session: int | None) -> SessionEntity:
         found = None if session is None else self._sessions.get(session)
         if found is None:
             raise StateError(ErrorCode.UNAUTHENTICATED)
@@ -1421,7 +1442,7 @@ class MetadataState:
 
     # -- views ----------------------------------------------------------------------------
 
-    def _stream_info(self, stream: _Stream) -> StreamInfo:
+    def _stream_info(self, stream: StreamEntity) -> StreamInfo:
         return StreamInfo(
             stream.id,
             stream.name,
@@ -1430,7 +1451,7 @@ class MetadataState:
         )
 
     @staticmethod
-    def _topic_info(stream: _Stream, topic: _Topic) -> TopicInfo:
+    def _topic_info(stream: StreamEntity, topic: TopicEntity) -> TopicInfo:
         return TopicInfo(
             topic.id,
             stream.id,
@@ -1445,7 +1466,9 @@ class MetadataState:
         )
 
     @staticmethod
-    def _group_info(stream: _Stream, topic: _Topic, group: _Group) -> ConsumerGroupInfo:
+    def _group_info(
+        stream: StreamEntity, topic: TopicEntity, group: GroupEntity
+    ) -> ConsumerGroupInfo:
         dealt: list[list[int]] = [[] for _ in group.members]
         if group.members:
             for partition in topic.partitions:
@@ -1464,7 +1487,7 @@ class MetadataState:
         )
 
     @staticmethod
-    def _user_info(user: _User) -> UserInfo:
+    def _user_info(user: UserEntity) -> UserInfo:
         return UserInfo(
             user.id,
             user.username,
@@ -1475,7 +1498,7 @@ class MetadataState:
         )
 
     @staticmethod
-    def _session_info(session: _Session) -> SessionInfo:
+    def _session_info(session: SessionEntity) -> SessionInfo:
         return SessionInfo(
             session.session,
             session.client_id,
@@ -1484,75 +1507,57 @@ class MetadataState:
             session.created_at_us,
         )
 
-    # -- snapshot -------------------------------------------------------------------------
+    # -- whole-state hooks (the snapshot codec's, ``snapshot.py``) ----------------------
 
-    def snapshot(self) -> bytes:
-        """The whole state as canonical CBOR: equal states give equal bytes."""
-        return cbor2.dumps(self._to_plain(), canonical=True)
+    def contents(self) -> MetadataContents:
+        """What the state holds that is not derived, every table in id order.
+
+        The entities are the state's own objects, not copies (a snapshot would otherwise
+        copy the whole state only to encode it): a reader encodes them and lets go, never
+        mutates them.
+        """
+        return MetadataContents(
+            next_stream_id=self._next_stream_id,
+            next_user_id=self._next_user_id,
+            next_session_number=self._next_session_number,
+            root_user_id=self._root_user_id,
+            streams=tuple(self._streams[i] for i in sorted(self._streams)),
+            users=tuple(self._users[i] for i in sorted(self._users)),
+            sessions=tuple(self._sessions[i] for i in sorted(self._sessions)),
+            tokens=tuple(
+                (user_id, own[name])
+                for user_id, own in ((u, self._tokens[u]) for u in sorted(self._tokens))
+                for name in sorted(own)
+            ),
+        )
 
     @classmethod
-    def restore(cls, data: bytes) -> MetadataState:
-        """Rebuild a state from :meth:`snapshot` bytes.
+    def from_contents(cls, contents: MetadataContents) -> MetadataState:
+        """The state holding ``contents``, with every index derived from it.
+
+        The inverse of :meth:`contents`; the state takes ownership of the entities. Only
+        what the indexes need is checked here: the caller (restore) runs
+        :meth:`check_invariants` on the result.
 
         Raises:
-            SnapshotError: the bytes are not a snapshot this version can read.
+            ValueError: two entities of one table share an id or a name kept unique.
         """
-        try:
-            plain = cbor2.loads(data)
-            state = cls._from_plain(plain)
-        except (cbor2.CBORDecodeError, KeyError, TypeError, ValueError, IndexError) as error:
-            raise SnapshotError(f"unreadable metadata snapshot: {error}") from error
-        problems = state.check_invariants()
-        if problems:
-            raise SnapshotError("inconsistent metadata snapshot: " + "; ".join(problems))
-        return state
-
-    def _to_plain(self) -> dict[str, Any]:
-        return {
-            "version": SNAPSHOT_VERSION,
-            "next_stream_id": self._next_stream_id,
-            "next_user_id": self._next_user_id,
-            "next_session_number": self._next_session_number,
-            "root_user_id": self._root_user_id,
-            "streams": [_stream_to_plain(self._streams[i]) for i in sorted(self._streams)],
-            "users": [_user_to_plain(self._users[i]) for i in sorted(self._users)],
-            "sessions": [
-                [s.session, s.client_id, s.user_id, s.number, s.created_at_us]
-                for s in (self._sessions[i] for i in sorted(self._sessions))
-            ],
-            "tokens": [
-                [user_id, name, token.token_hash, token.expiry_at_us]
-                for user_id in sorted(self._tokens)
-                for name, token in sorted(self._tokens[user_id].items())
-            ],
-        }
-
-    @classmethod
-    def _from_plain(cls, plain: dict[str, Any]) -> MetadataState:
-        if plain["version"] not in SNAPSHOT_VERSIONS_READABLE:
-            raise ValueError(f"snapshot version {plain['version']}")
         state = cls()
-        state._next_stream_id = _int(plain["next_stream_id"])
-        state._next_user_id = _int(plain["next_user_id"])
-        state._next_session_number = _int(plain["next_session_number"])
-        root = plain["root_user_id"]
-        state._root_user_id = None if root is None else _int(root)
-        for item in plain["streams"]:
-            stream = _stream_from_plain(item)
+        state._next_stream_id = contents.next_stream_id
+        state._next_user_id = contents.next_user_id
+        state._next_session_number = contents.next_session_number
+        state._root_user_id = contents.root_user_id
+        for stream in contents.streams:
             _require_new(stream.id, state._streams, stream.name, state._stream_ids_by_name)
             state._streams[stream.id] = stream
             state._stream_ids_by_name[stream.name] = stream.id
             for topic_id in sorted(stream.topics):
                 state._partitions_total += len(stream.topics[topic_id].partitions)
-        for item in plain["users"]:
-            user = _user_from_plain(item)
+        for user in contents.users:
             _require_new(user.id, state._users, user.username, state._user_ids_by_name)
             state._users[user.id] = user
             state._user_ids_by_name[user.username] = user.id
-        for session_no, client_id, user_id, number, created_at_us in plain["sessions"]:
-            session = _Session(
-                _int(session_no), _int(client_id), _int(user_id), _int(number), _int(created_at_us)
-            )
+        for session in contents.sessions:
             _require_new(
                 session.session, state._sessions, session.client_id, state._session_by_client
             )
@@ -1561,10 +1566,7 @@ class MetadataState:
         for number in sorted(state._sessions):
             user_id = state._sessions[number].user_id
             state._user_sessions.setdefault(user_id, {})[number] = None
-        tokens = plain["tokens"] if plain["version"] >= 2 else []  # version 1 had none
-        for user_id, name, token_hash, expiry in tokens:
-            token = _Token(_str(name), _hash(token_hash), None if expiry is None else _int(expiry))
-            owner = _int(user_id)
+        for owner, token in contents.tokens:
             own = state._tokens.setdefault(owner, {})
             if token.name in own or token.token_hash in state._token_owners:
                 raise ValueError(f"duplicate token {token.name!r} of user {owner}")
@@ -1653,10 +1655,6 @@ class MetadataState:
         return problems
 
 
-class SnapshotError(Exception):
-    """A snapshot could not be read: corrupt bytes or an unknown format version."""
-
-
 # ---------------------------------------------------------------------------------------
 # Helpers.
 
@@ -1705,17 +1703,19 @@ def _check_options(options: TopicOptions) -> None:
         raise StateError(ErrorCode.INVALID_OPTION_VALUE, "size_of_messages_required_to_save")
 
 
-def _purge(topic: _Topic) -> None:
+def _purge(topic: TopicEntity) -> None:
     for partition in topic.partitions:
         partition.purge_generation += 1
 
 
-def _bump_generations(topic: _Topic) -> None:
+def _bump_generations(topic: TopicEntity) -> None:
     for group_id in sorted(topic.groups):
         topic.groups[group_id].generation += 1
 
 
-def _topic_problems(stream: _Stream, topic: _Topic, sessions: dict[int, _Session]) -> list[str]:
+def _topic_problems(
+    stream: StreamEntity, topic: TopicEntity, sessions: dict[int, SessionEntity]
+) -> list[str]:
     problems: list[str] = []
     where = f"topic {stream.id}/{topic.id}"
     if stream.topic_ids_by_name.get(topic.name) != topic.id or topic.id >= stream.next_topic_id:
@@ -1739,144 +1739,3 @@ def _topic_problems(stream: _Stream, topic: _Topic, sessions: dict[int, _Session
 def _require_new(key: int, table: dict[int, Any], name: Any, index: dict[Any, int]) -> None:
     if key in table or name in index:
         raise ValueError(f"duplicate entry {key} / {name!r} in snapshot")
-
-
-def _int(value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"expected a non-negative integer, got {value!r}")
-    return value
-
-
-def _hash(value: Any) -> bytes:
-    if not isinstance(value, bytes) or len(value) != TOKEN_HASH_SIZE_BYTES:
-        raise ValueError(f"expected a {TOKEN_HASH_SIZE_BYTES}-byte token hash")
-    return value
-
-
-def _str(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {value!r}")
-    return value
-
-
-def _options_to_plain(options: TopicOptions) -> dict[str, Any]:
-    plain: dict[str, Any] = {}
-    for name in TOPIC_OPTION_FIELDS:
-        value = getattr(options, name)
-        plain[name] = value.value if isinstance(value, Enum) else value
-    return plain
-
-
-def _options_from_plain(plain: dict[str, Any]) -> TopicOptions:
-    if sorted(plain) != sorted(TOPIC_OPTION_FIELDS):
-        raise ValueError("topic option names")
-    defaults = TopicOptions()
-    values: dict[str, Any] = {}
-    for name in TOPIC_OPTION_FIELDS:
-        default = getattr(defaults, name)
-        raw = plain[name]
-        if isinstance(default, Enum):
-            values[name] = type(default)(raw)
-        elif isinstance(default, bool):
-            if not isinstance(raw, bool):
-                raise TypeError(f"option {name}")
-            values[name] = raw
-        else:
-            values[name] = _int(raw)
-    return TopicOptions(**values)
-
-
-def _stream_to_plain(stream: _Stream) -> list[Any]:
-    return [
-        stream.id,
-        stream.name,
-        stream.created_at_us,
-        stream.next_topic_id,
-        [_topic_to_plain(stream.topics[i]) for i in sorted(stream.topics)],
-    ]
-
-
-def _stream_from_plain(item: list[Any]) -> _Stream:
-    stream_id, name, created_at_us, next_topic_id, topics = item
-    stream = _Stream(_int(stream_id), _str(name), _int(created_at_us))
-    stream.next_topic_id = _int(next_topic_id)
-    for topic_item in topics:
-        topic = _topic_from_plain(topic_item)
-        _require_new(topic.id, stream.topics, topic.name, stream.topic_ids_by_name)
-        stream.topics[topic.id] = topic
-        stream.topic_ids_by_name[topic.name] = topic.id
-    return stream
-
-
-def _topic_to_plain(topic: _Topic) -> list[Any]:
-    return [
-        topic.id,
-        topic.name,
-        topic.created_at_us,
-        _options_to_plain(topic.options),
-        list(topic.explicit_options),
-        [[p.id, p.created_at_us, p.created_op, p.purge_generation] for p in topic.partitions],
-        topic.next_group_id,
-        [
-            [
-                group.id,
-                group.name,
-                group.generation,
-                [[m.session, m.member_id, m.joined_op] for m in group.members],
-            ]
-            for group in (topic.groups[i] for i in sorted(topic.groups))
-        ],
-    ]
-
-
-def _topic_from_plain(item: list[Any]) -> _Topic:
-    topic_id, name, created_at_us, options, explicit, partitions, next_group_id, groups = item
-    if not all(key in TOPIC_OPTION_FIELDS for key in explicit) or list(explicit) != sorted(
-        explicit, key=TOPIC_OPTION_FIELDS.index
-    ):
-        raise ValueError("explicit option names")
-    topic = _Topic(
-        _int(topic_id),
-        _str(name),
-        _int(created_at_us),
-        _options_from_plain(options),
-        tuple(explicit),
-    )
-    topic.partitions = [
-        _Partition(_int(pid), _int(created), _int(created_op), _int(purge))
-        for pid, created, created_op, purge in partitions
-    ]
-    topic.next_group_id = _int(next_group_id)
-    for group_id, group_name, generation, members in groups:
-        group = _Group(_int(group_id), _str(group_name), _int(generation))
-        group.members = [
-            _Member(_int(session), _int(member_id), _int(joined_op))
-            for session, member_id, joined_op in members
-        ]
-        _require_new(group.id, topic.groups, group.name, topic.group_ids_by_name)
-        topic.groups[group.id] = group
-        topic.group_ids_by_name[group.name] = group.id
-    return topic
-
-
-def _user_to_plain(user: _User) -> list[Any]:
-    return [
-        user.id,
-        user.username,
-        user.created_at_us,
-        int(user.status),
-        None if user.permissions is None else permissions_to_plain(user.permissions),
-        user.password.to_plain(),
-    ]
-
-
-def _user_from_plain(item: list[Any]) -> _User:
-    user_id, username, created_at_us, status, permissions, password = item
-    return _User(
-        _int(user_id),
-        _str(username),
-        _int(created_at_us),
-        UserStatus(status),
-        None if permissions is None else permissions_from_plain(permissions),
-        PasswordHash.from_plain(password),
-    )

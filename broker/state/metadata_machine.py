@@ -55,6 +55,7 @@ from broker.state.metadata import (
 from broker.state.metadata import Compression as DomainCompression
 from broker.state.options import WIRE_KEY_BY_FIELD, topic_option_entries
 from broker.state.permissions import Action
+from broker.state.snapshot import restore_state, snapshot_state
 from consensus.messages import Prepare
 from consensus.protocols import Prepared, RequestRejected
 from sdk import wire
@@ -236,10 +237,10 @@ class MetadataMachine:
         return metadata_reply(header.operation, result)
 
     def snapshot(self) -> bytes:
-        return self.state.snapshot()
+        return snapshot_state(self.state)
 
     def restore(self, snapshot: bytes) -> None:
-        self.state = MetadataState.restore(snapshot)
+        self.state = restore_state(snapshot)
         self.last_result = None
 
     def session_live(self, client_id: int, session: int) -> bool:

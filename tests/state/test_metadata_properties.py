@@ -16,9 +16,8 @@ from broker.state.metadata import (
     JoinConsumerGroup,
     LeaveConsumerGroup,
     MetadataResult,
-    MetadataState,
-    SnapshotError,
 )
+from broker.state.snapshot import SnapshotError, restore_state, snapshot_state
 from tests.state.helpers import ROOT_CLIENT_ID, Driver, driver_with_root
 from tests.state.strategies import Step, steps
 
@@ -53,8 +52,8 @@ def _seeded() -> Driver:
 
 
 def _restored(driver: Driver) -> Driver:
-    clone = Driver(MetadataState.restore(driver.state.snapshot()), driver.op, driver.root_session)
-    assert clone.state.snapshot() == driver.state.snapshot()
+    clone = Driver(restore_state(snapshot_state(driver.state)), driver.op, driver.root_session)
+    assert snapshot_state(clone.state) == snapshot_state(driver.state)
     return clone
 
 
@@ -64,7 +63,7 @@ def test_two_replicas_applying_the_same_commands_agree(history: list[Step]) -> N
     first, second = _seeded(), _seeded()
     for step in history:
         assert _run(first, step) == _run(second, step)
-    assert first.state.snapshot() == second.state.snapshot()
+    assert snapshot_state(first.state) == snapshot_state(second.state)
 
 
 @settings(max_examples=300, deadline=None)
@@ -78,7 +77,7 @@ def test_restored_snapshot_gives_the_same_state_and_replies(
     restored = _restored(original)
     for step in after:
         assert _run(original, step) == _run(restored, step)
-    assert original.state.snapshot() == restored.state.snapshot()
+    assert snapshot_state(original.state) == snapshot_state(restored.state)
     assert original.state.streams() == restored.state.streams()
     assert original.state.users() == restored.state.users()
     assert original.state.sessions() == restored.state.sessions()
@@ -124,9 +123,9 @@ def test_snapshot_bytes_do_not_depend_on_insertion_history() -> None:
         d.as_root(CreateTopic("a", "t", 3))
     first.as_root(DeletePartitions("a", "t", 1))
     second.as_root(DeletePartitions("a", "t", 1))
-    assert first.state.snapshot() == second.state.snapshot()
-    decoded = cbor2.loads(first.state.snapshot())
-    assert cbor2.dumps(decoded, canonical=True) == first.state.snapshot()
+    assert snapshot_state(first.state) == snapshot_state(second.state)
+    decoded = cbor2.loads(snapshot_state(first.state))
+    assert cbor2.dumps(decoded, canonical=True) == snapshot_state(first.state)
 
 
 @pytest.mark.parametrize(
@@ -141,17 +140,17 @@ def test_snapshot_bytes_do_not_depend_on_insertion_history() -> None:
 )
 def test_restore_refuses_garbage(data: bytes) -> None:
     with pytest.raises(SnapshotError):
-        MetadataState.restore(data)
+        restore_state(data)
 
 
 def test_restore_refuses_an_inconsistent_snapshot() -> None:
     d = driver_with_root()
     d.as_root(CreateStream("a"))
-    plain = cbor2.loads(d.state.snapshot())
+    plain = cbor2.loads(snapshot_state(d.state))
     plain["streams"].append(plain["streams"][0])  # two streams with one id and one name
     with pytest.raises(SnapshotError):
-        MetadataState.restore(cbor2.dumps(plain, canonical=True))
-    plain = cbor2.loads(d.state.snapshot())
+        restore_state(cbor2.dumps(plain, canonical=True))
+    plain = cbor2.loads(snapshot_state(d.state))
     plain["next_stream_id"] = 0  # an id at or above the counter would be reused
     with pytest.raises(SnapshotError):
-        MetadataState.restore(cbor2.dumps(plain, canonical=True))
+        restore_state(cbor2.dumps(plain, canonical=True))
