@@ -64,6 +64,7 @@ PROTOCOL_TABLE = [
     (305, 135, True),
     (402, 136, True),
     (403, 137, True),
+    (503, 138, False),
     (600, 2, False),
     (601, 2, False),
     (602, 139, True),

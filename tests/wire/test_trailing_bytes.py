@@ -87,6 +87,7 @@ TRAILING: Final[dict[CommandCode, IggyErrorCode | None]] = {
     CommandCode.PURGE_TOPIC: _IGNORED,
     CommandCode.CREATE_PARTITIONS: _IGNORED,
     CommandCode.DELETE_PARTITIONS: _IGNORED,
+    CommandCode.DELETE_SEGMENTS: _IGNORED,  # a fixed layout, as DELETE_PARTITIONS
     CommandCode.GET_CONSUMER_GROUP: _IGNORED,
     CommandCode.GET_CONSUMER_GROUPS: _IGNORED,
     CommandCode.CREATE_CONSUMER_GROUP: _IGNORED,
