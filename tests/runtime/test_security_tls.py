@@ -285,3 +285,38 @@ def test_tls_connection_string_options_and_a_token_work_against_a_real_node(
     ) as client:
         assert client.get_stream("token-over-tls") is not None
     assert name == "token-over-tls"
+
+
+def test_tls_cli_takes_a_connection_string_with_tls_options_and_a_token(
+    tls_node: NodeProcess, certificate: Certificate
+) -> None:
+    from typer.testing import CliRunner
+
+    from broker.cli import app
+
+    runner = CliRunner()
+    options = f"tls=true&tls_domain=localhost&tls_ca_file={quote(str(certificate.ca))}"
+    as_root = f"iggy+tcp://iggy:{quote(ROOT_PASSWORD)}@{tls_node.address}?{options}"
+
+    def cli(*args: str) -> str:
+        result = runner.invoke(app, list(args), env={"VIEWSTREAM_PASSWORD": None})
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    assert "created stream 'cli-over-tls'" in cli(
+        "stream", "create", "cli-over-tls", "--address", as_root
+    )
+    token = cli("pat", "create", "cli-tls", "--quiet", "--address", as_root).strip()
+    as_token = f"iggy://{token}@{tls_node.address}?{options}"
+    assert "cli-over-tls" in cli("stream", "list", "--address", as_token)
+    assert "user 0, tcp" in cli("me", "--address", as_token)  # the token's owner, root
+    assert "1 ping(s)" in cli("ping", "--address", as_token)
+    # Plain TCP to a TLS listener, or TLS without trusting its CA, fails and says so.
+    plain = runner.invoke(app, ["ping", "--address", tls_node.address])
+    assert plain.exit_code == 1
+    untrusted = runner.invoke(
+        app, ["ping", "--address", f"iggy://{token}@{tls_node.address}?tls=true"]
+    )
+    assert untrusted.exit_code == 1 and "certificate verify failed" in untrusted.output
+    bad = runner.invoke(app, ["ping", "--address", "iggy://x@h:1?tls=maybe"])
+    assert bad.exit_code == 2
