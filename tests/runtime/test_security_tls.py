@@ -240,13 +240,24 @@ def test_tls_sdk_refuses_a_node_whose_certificate_it_cannot_verify(
         _tls_config(tls_node, other_ca.cert, **quick),  # a CA that did not sign it
         _tls_config(tls_node, certificate.ca, tls_domain="not-the-node.example", **quick),
     ]
+    refusal = r"TLS handshake failed.*certificate verify"
     for config in strangers:
         client = Client(config)
         try:
-            with pytest.raises(ConnectionFailed, match=r"TLS handshake failed.*certificate verify"):
+            with pytest.raises(ConnectionFailed, match=refusal):
                 client.ping()
         finally:
             client.close()
+
+        async def ping_over_trio(config: ClientConfig = config) -> None:
+            trio_client = AsyncClient(config)
+            try:
+                with pytest.raises(ConnectionFailed, match=refusal):
+                    await trio_client.ping()
+            finally:
+                await trio_client.close()
+
+        trio.run(ping_over_trio)
 
 
 def test_tls_sdk_refuses_a_missing_ca_file_when_the_client_is_made(
