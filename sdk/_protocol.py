@@ -443,6 +443,8 @@ class ClientCore:
         self._credentials: Credentials | None = None
         if config.username is not None and config.password is not None:
             self._credentials = PasswordCredentials(config.username, config.password)
+        elif config.token is not None:
+            self._credentials = TokenCredentials(config.token)
         self._partition_counts: OrderedDict[tuple[object, object], int] = OrderedDict()
         self._balanced_next: dict[tuple[object, object], int] = {}
         self._assignments: OrderedDict[tuple[object, object, object], list[int]] = OrderedDict()

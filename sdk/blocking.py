@@ -7,7 +7,10 @@ Invariants (as for the trio driver):
 
 1. At most one step runs at a time per client (``threading.Lock``).
 2. A connection that failed, timed out or produced a bad frame is closed at once.
-3. Every socket operation has a timeout derived from the attempt's deadline.
+3. Every socket operation has a timeout derived from the attempt's deadline; a dial's,
+   the TLS handshake included, is the connect timeout.
+4. With ``tls`` set every socket is an ``ssl.SSLSocket`` that verified the node's
+   certificate and name (``sdk._tls``) before the first frame is sent.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import random
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -31,6 +35,7 @@ from sdk._protocol import (
     Sleep,
     Step,
 )
+from sdk._tls import client_context, server_name
 from sdk.connection_string import ClientConfig, NodeAddress, parse_connection_string
 from sdk.errors import ClientClosed
 from sdk.types import (
@@ -129,12 +134,17 @@ class Client:
     Args:
         config: Settings.
         rng: Randomness for ids and jitter (default: the OS's).
+
+    Raises:
+        InvalidTlsCertificate: ``tls_ca_file`` is missing or unusable.
     """
 
     def __init__(self, config: ClientConfig | None = None, *, rng: random.Random | None = None):
         self._rng = rng if rng is not None else random.SystemRandom()
+        config = config or ClientConfig()
+        self._tls = client_context(config)
         self._core = ClientCore(
-            config or ClientConfig(),
+            config,
             rng=self._rng,
             clock=time.monotonic,
             wall_clock_us=_wall_clock_us,
@@ -170,6 +180,7 @@ class Client:
         session and connections."""
         other = Client(self._core.config, rng=self._rng)
         other._core = self._core.fork(self._rng)
+        other._tls = self._tls
         return other
 
     # --- the driver ----------------------------------------------------------------------
@@ -234,7 +245,19 @@ class Client:
             sock = socket.create_connection((address.host, address.port), timeout=timeout_s)
         except OSError as error:
             raise ConnectFailed(address, str(error) or type(error).__name__) from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, int(self.config.nodelay))
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, int(self.config.nodelay))
+            if self._tls is not None:
+                # The handshake runs here, under the dial's timeout.
+                sock = self._tls.wrap_socket(
+                    sock, server_hostname=server_name(self.config, address)
+                )
+        except ssl.SSLError as error:
+            sock.close()
+            raise ConnectFailed(address, f"TLS handshake failed: {error}") from None
+        except OSError as error:
+            sock.close()
+            raise ConnectFailed(address, str(error) or type(error).__name__) from None
         connection = _Connection(sock)
         self._connections[address] = connection
         return connection

@@ -11,13 +11,16 @@ Invariants:
 2. A connection that failed, timed out, produced a bad frame, or was interrupted by a
    cancellation is closed at once; the next exchange with that node dials again.
 3. Every exchange runs under ``trio.fail_after`` with the core's attempt timeout, and
-   every dial under the connect timeout.
+   every dial under the connect timeout, the TLS handshake included.
+4. With ``tls`` set every connection is a trio ``SSLStream`` that verified the node's
+   certificate and name (``sdk._tls``) before the first frame is sent.
 """
 
 from __future__ import annotations
 
 import random
 import socket
+import ssl
 import time
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, suppress
@@ -36,6 +39,7 @@ from sdk._protocol import (
     Sleep,
     Step,
 )
+from sdk._tls import client_context, server_name
 from sdk.connection_string import ClientConfig, NodeAddress, parse_connection_string
 from sdk.errors import ClientClosed
 from sdk.types import (
@@ -98,13 +102,22 @@ def _wall_clock_us() -> int:
     return time.time_ns() // 1000
 
 
+def _dial_failure(error: BaseException) -> str:
+    """Why a dial failed, naming a TLS failure's reason (trio wraps it)."""
+    cause = error.__cause__
+    if isinstance(cause, ssl.SSLError):
+        return f"TLS handshake failed: {cause}"
+    return str(error) or type(error).__name__
+
+
 class _Connection:
-    """One TCP stream to one node and the decoder of what it sends."""
+    """One TCP (or TLS over TCP) stream to one node and the decoder of what it sends."""
 
-    __slots__ = ("decoder", "stream")
+    __slots__ = ("decoder", "socket_stream", "stream")
 
-    def __init__(self, stream: trio.SocketStream) -> None:
+    def __init__(self, stream: trio.abc.Stream, socket_stream: trio.SocketStream) -> None:
         self.stream = stream
+        self.socket_stream = socket_stream
         self.decoder = FrameDecoder()
 
     async def receive_frame(self, address: NodeAddress) -> Frame:
@@ -119,7 +132,7 @@ class _Connection:
 
     def abort(self) -> None:
         # Synchronous on purpose: it also runs when the task is being cancelled.
-        self.stream.socket.close()
+        self.socket_stream.socket.close()
 
 
 class AsyncClient:
@@ -142,9 +155,13 @@ class AsyncClient:
     """
 
     def __init__(self, config: ClientConfig | None = None, *, rng: random.Random | None = None):
+        """Raises:
+        InvalidTlsCertificate: ``tls_ca_file`` is missing or unusable."""
         self._rng = rng if rng is not None else random.SystemRandom()
+        config = config or ClientConfig()
+        self._tls = client_context(config)
         self._core = ClientCore(
-            config or ClientConfig(),
+            config,
             rng=self._rng,
             clock=trio.current_time,
             wall_clock_us=_wall_clock_us,
@@ -185,6 +202,7 @@ class AsyncClient:
         than one)."""
         other = AsyncClient(self._core.config, rng=self._rng)
         other._core = self._core.fork(self._rng)
+        other._tls = self._tls
         return other
 
     # --- the driver --------------------------------------------------------------------
@@ -249,13 +267,32 @@ class AsyncClient:
             raise
 
     async def _dial(self, address: NodeAddress, timeout_s: float) -> _Connection:
+        socket_stream: trio.SocketStream | None = None
         try:
             with trio.fail_after(timeout_s):
-                stream = await trio.open_tcp_stream(address.host, address.port)
-        except (OSError, trio.TooSlowError) as error:
-            raise ConnectFailed(address, str(error) or type(error).__name__) from None
-        stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, int(self.config.nodelay))
-        connection = _Connection(stream)
+                socket_stream = await trio.open_tcp_stream(address.host, address.port)
+                socket_stream.setsockopt(
+                    socket.IPPROTO_TCP, socket.TCP_NODELAY, int(self.config.nodelay)
+                )
+                stream: trio.abc.Stream = socket_stream
+                if self._tls is not None:
+                    tls = trio.SSLStream(
+                        socket_stream,
+                        self._tls,
+                        server_hostname=server_name(self.config, address),
+                        https_compatible=False,
+                    )
+                    await tls.do_handshake()
+                    stream = tls
+        except (OSError, trio.TooSlowError, trio.BrokenResourceError) as error:
+            if socket_stream is not None:
+                socket_stream.socket.close()
+            raise ConnectFailed(address, _dial_failure(error)) from None
+        except BaseException:
+            if socket_stream is not None:
+                socket_stream.socket.close()
+            raise
+        connection = _Connection(stream, socket_stream)
         self._connections[address] = connection
         return connection
 

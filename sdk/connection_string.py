@@ -4,20 +4,24 @@ Purpose: one frozen :class:`ClientConfig` that both drivers read, and
 :func:`parse_connection_string` for the form the official SDK accepts::
 
     iggy://user:password@host:port[,host:port...][?option=value&...]
+    iggy://TOKEN@host:port[...]         (a personal access token instead of a password)
     iggy+tcp://...                      (the same; TCP is the only transport here)
 
 Several ``host:port`` seeds may be given, comma-separated; the client dials the first
-reachable one and learns the rest of the roster from the cluster metadata. Options are
-listed in :data:`CONNECTION_OPTIONS`; durations take ``ms``, ``s`` or ``m`` suffixes (a
-bare number is seconds). Unknown options, TLS and personal access tokens are refused
-with :class:`~sdk.errors.InvalidConnectionString`.
+reachable one and learns the rest of the roster from the cluster metadata. As in Iggy, a
+credential without a colon is a personal access token. Options are listed in
+:data:`CONNECTION_OPTIONS`; durations take ``ms``, ``s`` or ``m`` suffixes (a bare number
+is seconds). ``tls=true`` with ``tls_domain`` (the name the server's certificate must
+carry; the host dialed when unset) and ``tls_ca_file`` (PEM certificates to trust; the
+system's roots when unset) are Iggy's TLS options. Unknown options are refused with
+:class:`~sdk.errors.InvalidConnectionString`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import parse_qsl, unquote
 
@@ -68,6 +72,15 @@ class ClientConfig:
             them once logged in.
         username: Login user; ``None`` for a client that logs in explicitly.
         password: Login password.
+        token: A personal access token to log in with instead of a username and a
+            password (LOGIN_REGISTER_WITH_PAT); never both.
+        tls: Speak TLS (1.2 or 1.3) to every node and verify its certificate.
+        tls_domain: The name the nodes' certificates must carry (server name indication
+            and hostname check); ``None`` means the host of the address dialed, as in
+            Iggy's SDK.
+        tls_ca_file: PEM file of the certificates to trust (a cluster's own CA);
+            ``None`` means the system's trusted roots. Setting it implies nothing: give
+            ``tls=True`` too.
         request_timeout_s: How long one attempt (dial, send, wait for the reply) may take.
             Longer than a viewstream node's own bound on a request (10 s, after which it
             answers a transient error), so a live node answers before the client gives up
@@ -85,7 +98,11 @@ class ClientConfig:
 
     seeds: tuple[NodeAddress, ...] = (NodeAddress("127.0.0.1", DEFAULT_PORT),)
     username: str | None = None
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+    tls: bool = False
+    tls_domain: str | None = None
+    tls_ca_file: str | None = None
     request_timeout_s: float = 15.0
     connect_timeout_s: float = 5.0
     retry_deadline_s: float = 30.0
@@ -106,6 +123,13 @@ class ClientConfig:
             raise ValueError("need 0 < backoff_min_s <= backoff_max_s")
         if (self.username is None) != (self.password is None):
             raise ValueError("give both username and password, or neither")
+        if self.token is not None:
+            if self.username is not None:
+                raise ValueError("give a token or a username and password, not both")
+            if not self.token:
+                raise ValueError("the token is empty")
+        if not self.tls and (self.tls_domain is not None or self.tls_ca_file is not None):
+            raise ValueError("tls_domain and tls_ca_file need tls=True")
 
     @classmethod
     def one_node(
@@ -170,7 +194,12 @@ _DURATION_OPTIONS: Final = {
     "reconnection_interval": "backoff_min_s",
     "reconnection_interval_max": "backoff_max_s",
 }
-_FLAG_OPTIONS: Final = {"cluster_discovery": "cluster_discovery", "nodelay": "nodelay"}
+_FLAG_OPTIONS: Final = {
+    "cluster_discovery": "cluster_discovery",
+    "nodelay": "nodelay",
+    "tls": "tls",
+}
+_TEXT_OPTIONS: Final = {"tls_domain": "tls_domain", "tls_ca_file": "tls_ca_file"}
 
 CONNECTION_OPTIONS: Final = {
     "request_timeout": "request_timeout_s (duration)",
@@ -180,7 +209,9 @@ CONNECTION_OPTIONS: Final = {
     "reconnection_interval_max": "backoff_max_s (duration)",
     "cluster_discovery": "cluster_discovery (boolean)",
     "nodelay": "nodelay (boolean)",
-    "tls": "only false is accepted",
+    "tls": "tls (boolean)",
+    "tls_domain": "tls_domain (the certificate's name; the host dialed when empty)",
+    "tls_ca_file": "tls_ca_file (path of a PEM file; the system's roots when unset)",
 }
 """Query options of a connection string and the setting each one sets."""
 
@@ -225,8 +256,8 @@ def parse_connection_string(text: str, base: ClientConfig | None = None) -> Clie
         base: Settings to start from (defaults to :class:`ClientConfig` defaults).
 
     Raises:
-        InvalidConnectionString: on any part that does not parse, an unknown option,
-            TLS, or a credential without a password (personal access tokens).
+        InvalidConnectionString: on any part that does not parse, an unknown or repeated
+            option, an empty credential, or a TLS option without ``tls=true``.
     """
     scheme = next((s for s in _SCHEMES if text.startswith(s)), None)
     if scheme is None:
@@ -236,33 +267,44 @@ def parse_connection_string(text: str, base: ClientConfig | None = None) -> Clie
     rest = rest.rstrip("/")
     credentials, at, hosts = rest.rpartition("@")
     if not at:
-        raise InvalidConnectionString(detail="credentials are required: iggy://user:pass@host")
+        raise InvalidConnectionString(
+            detail="credentials are required: iggy://user:pass@host or iggy://TOKEN@host"
+        )
     username, colon, password = credentials.partition(":")
-    if not colon:
-        raise InvalidConnectionString(detail="personal access tokens are not supported")
-    username, password = unquote(username), unquote(password)
-    if not username or not password:
-        raise InvalidConnectionString(detail="empty username or password")
-    seeds = tuple(_address(part) for part in hosts.split(","))
+    changes: dict[str, object]
+    if colon:
+        username, password = unquote(username), unquote(password)
+        if not username or not password:
+            raise InvalidConnectionString(detail="empty username or password")
+        changes = {"username": username, "password": password, "token": None}
+    else:
+        token = unquote(credentials)
+        if not token:
+            raise InvalidConnectionString(detail="empty personal access token")
+        changes = {"username": None, "password": None, "token": token}
+    changes["seeds"] = tuple(_address(part) for part in hosts.split(","))
     config = base if base is not None else ClientConfig()
     durations: dict[str, float] = {}
-    flags: dict[str, bool] = {}
+    settings: dict[str, object] = {}
+    seen: set[str] = set()
     for key, value in parse_qsl(query, keep_blank_values=True, strict_parsing=False):
+        if key in seen:
+            raise InvalidConnectionString(detail=f"option {key!r} given twice")
+        seen.add(key)
         if key in _DURATION_OPTIONS:
             durations[_DURATION_OPTIONS[key]] = _duration_s(value, key)
         elif key in _FLAG_OPTIONS:
-            flags[_FLAG_OPTIONS[key]] = _flag(value, key)
-        elif key == "tls":
-            if _flag(value, key):
-                raise InvalidConnectionString(detail="TLS is not supported by this SDK")
+            settings[_FLAG_OPTIONS[key]] = _flag(value, key)
+        elif key in _TEXT_OPTIONS:
+            # Iggy treats an empty tls_domain as unset (the host dialed is checked).
+            settings[_TEXT_OPTIONS[key]] = value or None
         else:
             raise InvalidConnectionString(detail=f"unknown option {key!r}")
     backoff_min = durations.get("backoff_min_s", config.backoff_min_s)
     if "backoff_max_s" not in durations and backoff_min > config.backoff_max_s:
         durations["backoff_max_s"] = backoff_min
-    changes: dict[str, object] = {"seeds": seeds, "username": username, "password": password}
     changes.update(durations)
-    changes.update(flags)
+    changes.update(settings)
     try:
         return config.replace(**changes)
     except (TypeError, ValueError) as error:

@@ -38,6 +38,7 @@ __all__ = [
     "InvalidCommand",
     "InvalidConnectionString",
     "InvalidCredentials",
+    "InvalidTlsCertificate",
     "InvalidFormat",
     "NotFound",
     "PartitionNotFound",
@@ -69,6 +70,8 @@ CANNOT_ESTABLISH_CONNECTION_CODE: Final = 9
 CLIENT_SHUTDOWN_CODE: Final = 63
 TASK_TIMEOUT_CODE: Final = 12001
 INVALID_CONNECTION_STRING_CODE: Final = 8000
+INVALID_TLS_CERTIFICATE_PATH_CODE: Final = 65
+INVALID_TLS_CERTIFICATE_CODE: Final = 66
 BACKGROUND_SEND_BUFFER_FULL_CODE: Final = 4053
 PRODUCER_SEND_FAILED_CODE: Final = 4056
 PRODUCER_CLOSED_CODE: Final = 4057
@@ -379,6 +382,14 @@ class InvalidConnectionString(IggyError, ValueError):
     """8000: the connection string does not parse."""
 
     default_code = INVALID_CONNECTION_STRING_CODE
+
+
+class InvalidTlsCertificate(IggyError, ValueError):
+    """65 or 66: the CA file of the TLS settings is missing (65,
+    ``InvalidTlsCertificatePath``) or holds no certificate this client can use (66,
+    ``InvalidTlsCertificate``); raised when the client is made, before any dial."""
+
+    default_code = INVALID_TLS_CERTIFICATE_CODE
 
 
 class ProducerBufferFull(IggyError):

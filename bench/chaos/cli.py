@@ -5,6 +5,7 @@ Usage::
     viewstream-chaos --seed 7 --duration 600              # the documented soak
     viewstream-chaos --seed 7 --duration 60 --faults kill-primary,isolate
     viewstream-chaos --seed 7 --duration 120 --json report.json --keep
+    viewstream-chaos --seed 1 --duration 120 --bus-tls      # the replica bus over TLS
 
 Exit codes (as ``viewstream-sim``): 0 the run passed; 129 a correctness violation (an
 acknowledged message lost or duplicated, replicas that differ, a consumer that went
@@ -109,6 +110,15 @@ def chaos(
         bool,
         typer.Option("--no-final-crash", help="skip killing every node at once at the end"),
     ] = False,
+    bus_tls: Annotated[
+        bool,
+        typer.Option(
+            "--bus-tls",
+            help="run the replica bus over mutual TLS, with a CA and node certificates made "
+            "for the run (the proxy then cannot see frames: a dropped chunk breaks the "
+            "connection)",
+        ),
+    ] = False,
 ) -> None:
     """Run the chaos harness once and exit with its verdict."""
     config = ChaosConfig(
@@ -127,6 +137,7 @@ def chaos(
         keep=keep,
         final_crash=not no_final_crash,
         allow_retained_gaps=allow_retained_gaps,
+        bus_tls=bus_tls,
     )
     raise typer.Exit(_run(config, json_path))
 
@@ -143,7 +154,8 @@ def _run(config: ChaosConfig, json_path: Path | None) -> int:
     if code != 0:
         print(f"data and logs kept in {report.folder}", flush=True)
         print(
-            f"replay: viewstream-chaos --seed {config.seed} --duration {config.duration_s:g}",
+            f"replay: viewstream-chaos --seed {config.seed} --duration {config.duration_s:g}"
+            + (" --bus-tls" if config.bus_tls else ""),
             flush=True,
         )
     return code

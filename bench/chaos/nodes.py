@@ -8,6 +8,7 @@ Layout of the run folder::
     <folder>/node-<i>/        node i's data directory
     <folder>/node-<i>.log     node i's output, one ``--- start <n> of node <i> ---`` line per start
     <folder>/proxy.log        the proxy's standard error
+    <folder>/bus-tls/         with ``bus_tls``: the cluster CA and node-<i>.pem/.key
 
 Roster through the proxy: node ``i`` lists the real bus address for itself and, for each
 peer ``j``, the proxy link ``min(i, j)-max(i, j)``. Only the lower index of a pair dials
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from bench.certs import CertificatesUnavailable, make_cluster
 from broker.runtime.serve import READY_PREFIX
 from sdk import Client, ClientConfig, NodeAddress
 from sdk.errors import IggyError
@@ -148,18 +150,21 @@ def _pump_lines(stream: Any, lines: queue.Queue[str]) -> None:
         pass  # closed by close()
 
 
-def start_proxy(links: list[dict[str, Any]], seed: int, stderr: Any) -> ProxyProcess:
+def start_proxy(
+    links: list[dict[str, Any]], seed: int, stderr: Any, *, opaque: bool = False
+) -> ProxyProcess:
     """Start the fault proxy (``bench.chaos.proxy``) and wait for its ports.
 
     Args:
         links: ``{"name", "port" (0: any), "target"}`` per link.
         seed: Seeds the proxy's drop and jitter draws.
         stderr: Where its standard error goes (a file opened for writing, or None).
+        opaque: Treat the links as byte streams it cannot frame (a bus over TLS).
 
     Raises:
         HarnessError: it did not announce its ports in time.
     """
-    config = {"links": links, "seed": seed}
+    config = {"links": links, "seed": seed, "opaque": opaque}
     process = subprocess.Popen(
         [sys.executable, "-m", "bench.chaos.proxy", json.dumps(config)],
         stdin=subprocess.PIPE,
@@ -234,6 +239,9 @@ class ChaosCluster:
         proxy_seed: Seed of the proxy's drop and jitter draws.
         nodes: Cluster size (3 or 5).
         env: Extra ``VIEWSTREAM_*`` settings for every node.
+        bus_tls: Run the replica bus over mutual TLS, with a CA and node certificates
+            made in ``folder/bus-tls`` (``bench.certs``); the proxy then forwards the
+            links as opaque byte streams.
     """
 
     def __init__(
@@ -246,8 +254,11 @@ class ChaosCluster:
         proxy_seed: int = 0,
         nodes: int = 3,
         env: dict[str, str] | None = None,
+        bus_tls: bool = False,
     ) -> None:
         self.folder = folder
+        self.bus_tls = bus_tls
+        self._bus_tls_env: list[dict[str, str]] = []
         self.root_password = root_password
         self.cluster_secret = cluster_secret
         self.tick_ms = tick_ms
@@ -277,6 +288,8 @@ class ChaosCluster:
     def start(self) -> None:
         """Start the proxy and every node, and wait until all listen."""
         self.folder.mkdir(parents=True, exist_ok=True)
+        if self.bus_tls:
+            self._make_bus_certificates()
         ports = pick_ports(2 * self.count + len(self.links))
         client_ports, bus_ports = ports[: self.count], ports[self.count : 2 * self.count]
         proxy_ports = dict(zip(self.links, ports[2 * self.count :], strict=True))
@@ -313,11 +326,25 @@ class ChaosCluster:
         for node in self.nodes:
             self.wait_ready(node.index)
 
+    def _make_bus_certificates(self) -> None:
+        try:
+            _, leaves = make_cluster(self.folder / "bus-tls", self.count)
+        except CertificatesUnavailable as error:
+            raise HarnessError(f"cannot make the bus certificates: {error}") from None
+        self._bus_tls_env = [
+            {
+                "VIEWSTREAM_BUS_TLS_CERT_FILE": str(leaf.cert),
+                "VIEWSTREAM_BUS_TLS_KEY_FILE": str(leaf.key),
+                "VIEWSTREAM_BUS_TLS_CA_FILE": str(leaf.ca),
+            }
+            for leaf in leaves
+        ]
+
     def _start_proxy(self, links: list[dict[str, Any]]) -> None:
         self._proxy_log = (self.folder / "proxy.log").open("ab")
-        self.proxy = start_proxy(links, self.proxy_seed, self._proxy_log)
+        self.proxy = start_proxy(links, self.proxy_seed, self._proxy_log, opaque=self.bus_tls)
 
-    def _environment(self) -> dict[str, str]:
+    def _environment(self, index: int) -> dict[str, str]:
         environment = {k: v for k, v in os.environ.items() if not k.startswith("VIEWSTREAM_")}
         environment.update(
             VIEWSTREAM_CLUSTER_SECRET=self.cluster_secret,
@@ -326,6 +353,8 @@ class ChaosCluster:
             VIEWSTREAM_LOG_LEVEL="info",
         )
         environment.update(self.env)
+        if self._bus_tls_env:
+            environment.update(self._bus_tls_env[index])
         return environment
 
     def launch(self, index: int) -> None:
@@ -358,7 +387,7 @@ class ChaosCluster:
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=self._environment(),
+                env=self._environment(index),
                 start_new_session=True,
                 cwd=str(self.folder),
             )

@@ -21,7 +21,13 @@ Invariants:
 2. Bounded: each direction queues at most ``QUEUE_BYTES_MAX`` bytes of delayed frames;
    more are dropped and counted (a congested network loses packets, VSR retransmits).
 3. Order is kept per direction: a frame is never delivered before one read before it.
-4. Binds 127.0.0.1 only. The process exits when its standard input closes, so it cannot
+4. Opaque mode (``"opaque": true``, for a bus over TLS, whose frames the proxy cannot
+   read): each chunk read from a socket stands for a frame. Rules act on chunks the
+   same way, so dropping one leaves a gap in the TLS stream, which its receiver refuses
+   and closes: under TLS, loss and one-way cuts reach the nodes as broken connections
+   and failed handshakes, as on a real network where TCP cannot deliver past a gap.
+   Delays, stalls, blocks and resets behave as in frame mode. Nothing desyncs.
+5. Binds 127.0.0.1 only. The process exits when its standard input closes, so it cannot
    outlive the harness that started it.
 
 Control protocol: one JSON object per line on stdin, one JSON answer per line on stdout.
@@ -34,7 +40,7 @@ higher), ``back`` the other way. The first line the proxy prints is
 ``{"ready": true, "ports": {link: port}}``.
 
 Run as ``python -m bench.chaos.proxy '<config json>'`` with ``{"links": [{"name": "0-1",
-"port": 0, "target": "127.0.0.1:9091"}, ...], "seed": 7}``.
+"port": 0, "target": "127.0.0.1:9091"}, ...], "seed": 7, "opaque": false}``.
 """
 
 from __future__ import annotations
@@ -148,9 +154,10 @@ class _Queue:
 class Proxy:
     """Every link of one cluster; see the module docstring."""
 
-    def __init__(self, links: list[Link], rng: random.Random) -> None:
+    def __init__(self, links: list[Link], rng: random.Random, *, opaque: bool = False) -> None:
         self.links = {link.name: link for link in links}
         self._rng = rng
+        self.opaque = opaque
 
     # -- control ----------------------------------------------------------------------------
 
@@ -251,6 +258,12 @@ class Proxy:
                 data = await source.receive_some(RECEIVE_BYTES_MAX)
                 if not data:
                     break
+                if self.opaque:
+                    # Invariant 4: the chunk is the unit a rule drops.
+                    kept = self._chunk(link.rules[direction], data, counters)
+                    if kept:
+                        self._enqueue(link.rules[direction], queue, kept, counters)
+                    continue
                 buffer += data
                 outgoing = bytearray()
                 if handshake_bytes:
@@ -267,6 +280,14 @@ class Proxy:
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
         scope.cancel()
+
+    def _chunk(self, rule: Rule, data: bytes, counters: DirectionCounters) -> bytes:
+        """One chunk of an opaque stream, or nothing if the rule drops it."""
+        counters.frames += 1
+        if rule.cut or (rule.drop_p > 0 and self._rng.random() < rule.drop_p):
+            counters.frames_dropped += 1
+            return b""
+        return data
 
     def _frames(
         self, link: Link, direction: str, buffer: bytearray, counters: DirectionCounters
@@ -377,7 +398,9 @@ async def run_proxy(config: dict[str, Any]) -> None:
     for plain in config["links"]:
         host, _, port = str(plain["target"]).rpartition(":")
         links.append(Link(str(plain["name"]), (host, int(port))))
-    proxy = Proxy(links, random.Random(int(config.get("seed", 0))))
+    proxy = Proxy(
+        links, random.Random(int(config.get("seed", 0))), opaque=bool(config.get("opaque", False))
+    )
     listeners: dict[str, trio.SocketListener] = {}
     for plain, link in zip(config["links"], links, strict=True):
         bound = await trio.open_tcp_listeners(int(plain.get("port", 0)), host="127.0.0.1")

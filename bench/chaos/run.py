@@ -89,6 +89,9 @@ class ChaosConfig:
         final_crash: Run phase 5 (kill every node at once and compare).
         allow_retained_gaps: Count, rather than fail on, a node that serves a partition
             only from some offset on (see :func:`bench.chaos.history.check`).
+        bus_tls: Run the replica bus over mutual TLS with certificates made for the run;
+            the proxy forwards the links as opaque streams (``bench.chaos.proxy``,
+            invariant 4).
     """
 
     seed: int
@@ -105,6 +108,7 @@ class ChaosConfig:
     keep: bool = False
     final_crash: bool = True
     allow_retained_gaps: bool = False
+    bus_tls: bool = False
 
 
 @dataclass
@@ -413,6 +417,7 @@ class ChaosRun:
             tick_ms=config.tick_ms,
             proxy_seed=config.seed,
             env={"VIEWSTREAM_LIMITS__DISK_BUDGET_BYTES": str(DISK_BUDGET_BYTES)},
+            bus_tls=config.bus_tls,
         )
         self.cluster = cluster
         await self._blocking(cluster.start)

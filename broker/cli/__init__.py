@@ -166,6 +166,14 @@ def cluster_up(
     ] = 9090,
     no_sync: Annotated[bool, typer.Option("--no-sync", help="Never fsync.")] = False,
     detach: Annotated[bool, typer.Option("--detach", help="Return once the nodes listen.")] = False,
+    bus_tls: Annotated[
+        bool,
+        typer.Option(
+            "--bus-tls",
+            help="Run the replica bus over mutual TLS, with a CA and node certificates "
+            "made in DIR/bus-tls on the first start.",
+        ),
+    ] = False,
 ) -> None:
     """Start a local cluster; Ctrl-C (or `viewstream cluster down`) stops it.
 
@@ -178,7 +186,7 @@ def cluster_up(
     if nodes not in (1, 3, 5):
         typer.echo("a cluster has 1, 3 or 5 nodes", err=True)
         raise typer.Exit(2)
-    layout = ClusterLayout(folder, nodes, base_port, bus_base_port)
+    layout = ClusterLayout(folder, nodes, base_port, bus_base_port, bus_tls=bus_tls)
     raise typer.Exit(run_up(layout, root_password=None, no_sync=no_sync, detach=detach))
 
 

@@ -71,28 +71,38 @@ _NOT_ANSWERED: Final = (
 
 
 @dataclass(frozen=True, slots=True)
+class Tls:
+    """TLS to the node: the name its certificate must carry (``None``: the host dialed)
+    and the PEM file of the CA to trust (``None``: the system's roots)."""
+
+    domain: str | None = None
+    ca_file: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Target:
     """Where and as whom the admin commands connect: with ``token`` set, a personal
-    access token login (the username and password are then not used)."""
+    access token login (the username and password are then not used); with ``tls``, over
+    TLS."""
 
     address: str
     username: str
     password: str = field(repr=False)
     token: str | None = field(default=None, repr=False)
+    tls: Tls | None = None
+
+
+def client_config(address: str, tls: Tls | None, timeout_s: float) -> ClientConfig:
+    """Settings pinned to the node at ``address`` (invariant 1), over TLS if asked."""
+    config = ClientConfig.one_node(address, timeout_s=timeout_s)
+    if tls is None:
+        return config
+    return config.replace(tls=True, tls_domain=tls.domain, tls_ca_file=tls.ca_file)
 
 
 @contextmanager
 def _connect(target: Target) -> Iterator[Client]:
-    if target.token is not None:
-        client = Client(ClientConfig.one_node(target.address, timeout_s=TIMEOUT_S))
-    else:
-        config = ClientConfig.one_node(
-            target.address,
-            username=target.username,
-            password=target.password,
-            timeout_s=TIMEOUT_S,
-        )
-        client = Client(config)
+    client = Client(client_config(target.address, target.tls, TIMEOUT_S))
     try:
         if target.token is not None:
             client.login_with_personal_access_token(target.token)
@@ -228,8 +238,8 @@ def poll(
     return "\n".join(lines)
 
 
-def _reachable(address: str) -> bool:
-    probe = Client(ClientConfig.one_node(address, timeout_s=PROBE_TIMEOUT_S))
+def _reachable(address: str, tls: Tls | None) -> bool:
+    probe = Client(client_config(address, tls, PROBE_TIMEOUT_S))
     try:
         probe.ping()
     except IggyError as error:
@@ -245,7 +255,7 @@ def cluster_status(target: Target) -> str:
     lines = [f"cluster {metadata.name!r}, {len(metadata.nodes)} node(s):"]
     for node in metadata.nodes:
         address = f"{node.ip}:{node.tcp_port}"
-        reachable = "reachable" if _reachable(address) else "UNREACHABLE"
+        reachable = "reachable" if _reachable(address, target.tls) else "UNREACHABLE"
         lines.append(f"  {node.name:<8} {address:<22} {node.role.name.lower():<9} {reachable}")
     return "\n".join(lines)
 
@@ -496,13 +506,24 @@ def segment_delete(target: Target, stream: str, topic: str, partition: int, coun
 # --- consumer groups and offsets ---------------------------------------------------------
 
 
-def group_create(target: Target, stream: str, topic: str, name: str) -> str:
+def group_create(
+    target: Target, stream: str, topic: str, name: str, *, group_id: int | None = None
+) -> str:
+    """Create a consumer group. ``group_id`` is the iggy CLI's ``-g``: Iggy 0.9's
+    CREATE_CONSUMER_GROUP carries no id, so the server assigns one; when it is not the
+    one asked for, the answer says so rather than pass it over."""
     with _connect(target) as client:
         details = client.create_consumer_group(stream, topic, name)
-    return (
+    text = (
         f"created consumer group {details.group.name!r} (id {details.group.id}) on topic "
         f"{topic!r} of stream {stream!r}"
     )
+    if group_id is not None and group_id != details.group.id:
+        text += (
+            f"\nnote: id {group_id} was asked for; the server assigns consumer group ids "
+            "(Iggy 0.9's request carries none)"
+        )
+    return text
 
 
 def group_get(target: Target, stream: str, topic: str, group: str, *, as_json: bool) -> str:
@@ -643,10 +664,10 @@ def me(target: Target, *, as_json: bool) -> str:
     return _json(details) if as_json else "\n".join(_client_lines(details))
 
 
-def ping(address: str, count: int) -> str:
+def ping(address: str, count: int, tls: Tls | None = None) -> str:
     """``count`` pings (no login: PING is served before one), each timed."""
     assert count > 0
-    client = Client(ClientConfig.one_node(address, timeout_s=TIMEOUT_S))
+    client = Client(client_config(address, tls, TIMEOUT_S))
     times_ms: list[float] = []
     try:
         for index in range(count):

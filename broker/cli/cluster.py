@@ -7,6 +7,8 @@ in one folder::
     <folder>/cluster.secret    the replica-bus secret (mode 0600), reused on the next ``up``
     <folder>/node-<i>/         node i's data directory
     <folder>/node-<i>.log      node i's output
+    <folder>/bus-tls/          with ``bus_tls``: ca.pem, and node-<i>.pem / node-<i>.key
+                               (node i's bus certificate and key, signed by that CA)
 
 Invariants: nodes bind 127.0.0.1 only; the cluster secret and the root password reach
 the nodes through their environment, never their command line (which other local users
@@ -42,6 +44,21 @@ class ClusterLayout:
     nodes: int
     base_port: int
     bus_base_port: int
+    bus_tls: bool = False
+    """Run the replica bus over mutual TLS with the certificates in ``bus_tls_folder``."""
+
+    @property
+    def bus_tls_folder(self) -> Path:
+        return self.folder / "bus-tls"
+
+    def bus_tls_files(self, index: int) -> dict[str, Path]:
+        """Node ``index``'s ``bus_tls_*`` settings."""
+        folder = self.bus_tls_folder
+        return {
+            "bus_tls_cert_file": folder / f"node-{index}.pem",
+            "bus_tls_key_file": folder / f"node-{index}.key",
+            "bus_tls_ca_file": folder / "ca.pem",
+        }
 
     @property
     def client_addresses(self) -> list[str]:
@@ -63,11 +80,34 @@ def _secret(folder: Path) -> str:
     return value
 
 
+def make_bus_certificates(layout: ClusterLayout) -> bool:
+    """Make the cluster's bus CA and one certificate per node, unless every file is there
+    already (they are reused, as the secret is). Returns whether it made them.
+
+    Raises:
+        RuntimeError: neither the ``cryptography`` package nor ``openssl`` is available.
+    """
+    if all(
+        path.is_file() for i in range(layout.nodes) for path in layout.bus_tls_files(i).values()
+    ):
+        return False
+    from bench.certs import CertificatesUnavailable, make_cluster
+
+    try:
+        make_cluster(layout.bus_tls_folder, layout.nodes)
+    except CertificatesUnavailable as error:
+        raise RuntimeError(f"cannot make the bus certificates: {error}") from None
+    return True
+
+
 def _environment(
-    layout: ClusterLayout, root_password: str | None, tick_ms: int | None
+    layout: ClusterLayout, index: int, root_password: str | None, tick_ms: int | None
 ) -> dict[str, str]:
     environment = dict(os.environ)  # VIEWSTREAM_* settings apply to every node
     environment["VIEWSTREAM_CLUSTER_SECRET"] = _secret(layout.folder)
+    if layout.bus_tls:
+        for name, path in layout.bus_tls_files(index).items():
+            environment[f"VIEWSTREAM_{name.upper()}"] = str(path)
     if root_password is not None:
         environment["VIEWSTREAM_ROOT_PASSWORD"] = root_password
     if tick_ms is not None:
@@ -117,7 +157,7 @@ def start_node_process(
             stdout=log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=_environment(layout, root_password, tick_ms),
+            env=_environment(layout, index, root_password, tick_ms),
             start_new_session=True,
         )
 
@@ -158,6 +198,8 @@ def start_cluster(
             started is stopped first).
     """
     layout.folder.mkdir(parents=True, exist_ok=True)
+    if layout.bus_tls:
+        make_bus_certificates(layout)
     processes: list[subprocess.Popen[bytes]] = []
     try:
         for index in range(layout.nodes):

@@ -10,6 +10,12 @@ Invariants:
 1. A command logs in with a personal access token when one is given (``--token`` or
    ``VIEWSTREAM_TOKEN``), else with the username and password; the password is prompted
    for (hidden) only when neither a token nor a password was given.
+1a. ``--address`` is ``HOST:PORT`` or a connection string in Iggy's form
+   (``iggy+tcp://user:pass@host:port?tls=true&tls_domain=...&tls_ca_file=...``, or
+   ``iggy://TOKEN@host:port...``): the command talks to its first node, over TLS when
+   the string says so, with the string's credentials, which take the place of
+   ``--username``, ``--password`` and ``--token``. A string that does not parse is a bad
+   argument.
 2. A command that fails exits 1 and prints ``<command>: <why>`` on stderr, the server's
    refusals worded by :func:`broker.cli.admin.failure_text`; a bad argument exits 2.
 
@@ -27,7 +33,7 @@ from typing import TYPE_CHECKING, Annotated, Final
 import typer
 
 if TYPE_CHECKING:
-    from broker.cli.admin import Target
+    from broker.cli.admin import Target, Tls
 
 DEFAULT_SERVER: Final = "127.0.0.1:8090"
 PINGS_MAX: Final = 1000
@@ -35,7 +41,13 @@ PINGS_MAX: Final = 1000
 
 AddressOption = Annotated[
     str,
-    typer.Option("--address", envvar="VIEWSTREAM_SERVER", help="The node to talk to."),
+    typer.Option(
+        "--address",
+        envvar="VIEWSTREAM_SERVER",
+        help="The node to talk to: HOST:PORT, or a connection string "
+        "(iggy+tcp://user:pass@host:port?tls=true&tls_domain=...&tls_ca_file=..., "
+        "iggy://TOKEN@host:port...) whose credentials replace the options'.",
+    ),
 ]
 UsernameOption = Annotated[
     str, typer.Option("--username", envvar="VIEWSTREAM_USERNAME", help="User to log in as.")
@@ -59,15 +71,43 @@ TokenOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="The answer as JSON.")]
 
 
+def endpoint(address: str) -> tuple[str, Tls | None, Target | None]:
+    """``--address`` read (invariant 1a): the node's ``HOST:PORT``, TLS if asked, and,
+    for a connection string, the target it names with its credentials.
+
+    Raises:
+        typer.BadParameter: a connection string that does not parse.
+    """
+    from broker.cli.admin import Target, Tls
+    from sdk.connection_string import parse_connection_string
+    from sdk.errors import InvalidConnectionString
+
+    if "://" not in address:
+        return address, None, None
+    try:
+        config = parse_connection_string(address)
+    except InvalidConnectionString as error:
+        raise typer.BadParameter(str(error), param_hint="--address") from None
+    node = str(config.seeds[0])
+    tls = Tls(config.tls_domain, config.tls_ca_file) if config.tls else None
+    if config.token is not None:
+        return node, tls, Target(node, "", "", token=config.token, tls=tls)
+    assert config.username is not None and config.password is not None
+    return node, tls, Target(node, config.username, config.password, tls=tls)
+
+
 def target(address: str, username: str, password: str | None, token: str | None) -> Target:
-    """Where and as whom to connect (invariant 1)."""
+    """Where and as whom to connect (invariants 1 and 1a)."""
     from broker.cli.admin import Target
 
+    node, tls, named = endpoint(address)
+    if named is not None:
+        return named
     if token is not None:
-        return Target(address, username, "", token=token)
+        return Target(node, username, "", token=token, tls=tls)
     if password is None:
         password = typer.prompt(f"password for {username}", hide_input=True)
-    return Target(address, username, password)
+    return Target(node, username, password, tls=tls)
 
 
 def run_admin(action: str, function: Callable[..., str], *args: object, **kwargs: object) -> None:

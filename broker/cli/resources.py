@@ -34,6 +34,7 @@ from broker.cli.options import (
     PasswordOption,
     TokenOption,
     UsernameOption,
+    endpoint,
     run_admin,
     target,
 )
@@ -457,6 +458,17 @@ def group_create(
     stream: str,
     topic: str,
     name: str,
+    group_id: Annotated[
+        int | None,
+        typer.Option(
+            "--group-id",
+            "-g",
+            min=0,
+            max=(1 << 32) - 1,
+            help="The id wished for, as the iggy CLI takes it; the server assigns ids "
+            "(Iggy 0.9's request carries none), and a different one is reported.",
+        ),
+    ] = None,
     address: AddressOption = DEFAULT_SERVER,
     username: UsernameOption = "iggy",
     password: PasswordOption = None,
@@ -472,6 +484,7 @@ def group_create(
         stream,
         topic,
         name,
+        group_id=group_id,
     )
 
 
@@ -699,7 +712,8 @@ def ping(
     """Check that a node answers, and how fast (PING needs no login)."""
     from broker.cli import admin
 
-    run_admin("ping", admin.ping, address, count)
+    node, tls, _ = endpoint(address)
+    run_admin("ping", admin.ping, node, count, tls)
 
 
 def register(app: typer.Typer) -> None:

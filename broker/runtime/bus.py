@@ -45,10 +45,18 @@ Invariants:
    group, which routes it again; a request still waiting then is refused with
    ``TransientNotAccepted`` (nothing of it was sent).
 
-Wire format: after the handshake, frames of ``[size u32][kind u8][3 zero bytes]`` and
-``size`` payload bytes. Kind 1 carries one consensus frame (``consensus.messages``, with
-its own checksum), kind 2 a forwarded request, kind 3 its outcome, kind 4 a read-index
-ask, kind 5 its answer.
+10. With ``bus_tls_*`` set, every bus connection is mutual TLS (1.2 or 1.3): each side
+   presents its certificate and refuses a peer whose certificate does not chain to the
+   cluster's CA (``bus_tls_ca_file``), or that presents none, before a byte of the
+   secret handshake is read. Names in certificates are not checked: the CA vouches for
+   membership of the cluster, and the secret handshake (invariant 2), which runs inside
+   TLS, for which replica a peer is. The TLS handshake counts against the same slot and
+   timeout as the secret handshake (invariant 8).
+
+Wire format: after the handshake (inside TLS when it is on), frames of
+``[size u32][kind u8][3 zero bytes]`` and ``size`` payload bytes. Kind 1 carries one
+consensus frame (``consensus.messages``, with its own checksum), kind 2 a forwarded
+request, kind 3 its outcome, kind 4 a read-index ask, kind 5 its answer.
 """
 
 from __future__ import annotations
@@ -59,6 +67,7 @@ import hmac
 import logging
 import os
 import random
+import ssl
 import struct
 from collections import deque
 from dataclasses import dataclass, field
@@ -150,8 +159,57 @@ def bus_descriptors_max(replica_count: int) -> int:
     return BUS_LISTENERS_MAX + BUS_HANDSHAKES_MAX + peers * BUS_CONNECTIONS_PER_PEER_MAX
 
 
+BusStream = trio.SocketStream | trio.SSLStream[trio.SocketStream]
+"""A bus connection: plain TCP, or mutual TLS over it (invariant 10)."""
+
+
 class BusError(Exception):
     """A peer broke the bus protocol or failed authentication."""
+
+
+@dataclass(frozen=True)
+class BusTls:
+    """The two TLS contexts of a node's bus: the side that accepts and the side that
+    dials. Both present this node's certificate and require the peer's, signed by the
+    cluster's CA (invariant 10)."""
+
+    accept: ssl.SSLContext
+    dial: ssl.SSLContext
+
+
+def bus_tls(config: Config) -> BusTls | None:
+    """The bus's TLS contexts from the ``bus_tls_*`` settings, or None when they are unset.
+
+    A certificate, key or CA file that cannot be loaded is an environment failure with
+    no in-process answer: the node exits naming the settings.
+    """
+    cert, key, ca = config.bus_tls_cert_file, config.bus_tls_key_file, config.bus_tls_ca_file
+    if cert is None or key is None or ca is None:
+        return None
+    contexts = []
+    for protocol in (ssl.PROTOCOL_TLS_SERVER, ssl.PROTOCOL_TLS_CLIENT):
+        context = ssl.SSLContext(protocol)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        # Membership is the CA's to vouch for, identity the secret handshake's.
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_REQUIRED
+        try:
+            context.load_cert_chain(cert, key)
+            context.load_verify_locations(cafile=ca)
+        except (OSError, ssl.SSLError) as error:
+            raise SystemExit(
+                f"bus_tls_cert_file / bus_tls_key_file / bus_tls_ca_file: cannot load them: {error}"
+            ) from None
+        contexts.append(context)
+    return BusTls(accept=contexts[0], dial=contexts[1])
+
+
+def _tls_failure(error: BaseException) -> str:
+    """Why a TLS handshake failed, naming the SSL reason that trio wraps."""
+    cause = error.__cause__
+    if isinstance(cause, ssl.SSLError):
+        return f"TLS handshake failed: {cause}"
+    return f"TLS handshake failed: {error or type(error).__name__}"
 
 
 _LINK_ERRORS: Final = (BusError, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
@@ -181,7 +239,7 @@ class Peer:
 
     index: int
     address: str
-    stream: trio.SocketStream | None = None
+    stream: BusStream | None = None
     outgoing: deque[bytes] = field(default_factory=deque)
     outgoing_bytes: int = 0
     wake: trio.Event = field(default_factory=trio.Event)
@@ -225,6 +283,7 @@ class ReplicaBus:
         assert config.cluster_secret is not None
         self._node = node
         self._secret = config.cluster_secret.get_secret_value().encode()
+        self._tls = bus_tls(config)
         self.index = config.replica
         self.peers = {
             index: Peer(index, address)
@@ -370,7 +429,13 @@ class ReplicaBus:
             for peer in self.peers.values():
                 if peer.index > self.index:
                     nursery.start_soon(self._dial_forever, peer)
-            log.info("replica bus of replica %d on %s:%d", self.index, host, port)
+            log.info(
+                "replica bus of replica %d on %s:%d%s",
+                self.index,
+                host,
+                port,
+                " (mutual TLS)" if self._tls is not None else "",
+            )
             task_status.started()
 
     async def close(self) -> None:
@@ -390,9 +455,10 @@ class ReplicaBus:
                 continue
             try:
                 with trio.fail_after(HANDSHAKE_TIMEOUT_S):
-                    await self._handshake_dial(stream, peer)
+                    link = await self._secure(stream, server_side=False)
+                    await self._handshake_dial(link, peer)
                 backoff = RECONNECT_BACKOFF_MIN_S
-                await self._serve_peer(peer, stream)
+                await self._serve_peer(peer, link)
             except (BusError, OSError, trio.BrokenResourceError, trio.TooSlowError) as error:
                 log.info("bus link to replica %d: %s", peer.index, error)
             finally:
@@ -403,9 +469,10 @@ class ReplicaBus:
     async def _accept(self, stream: trio.SocketStream) -> None:
         """Serve one accepted connection: authenticate it, then carry its peer's link."""
         try:
-            peer = await self._authenticate(stream)
-            if peer is None:
+            authenticated = await self._authenticate(stream)
+            if authenticated is None:
                 return
+            peer, link = authenticated
             if peer.accepted >= BUS_CONNECTIONS_PER_PEER_MAX:
                 most = BUS_CONNECTIONS_PER_PEER_MAX
                 self._refused(f"replica {peer.index}: more than {most} connections at once")
@@ -415,7 +482,7 @@ class ReplicaBus:
                 if peer.stream is not None:
                     # The peer redialed: the old link is dead to it, so it is dead to us.
                     await trio.aclose_forcefully(peer.stream)
-                await self._serve_peer(peer, stream)
+                await self._serve_peer(peer, link)
             finally:
                 peer.accepted -= 1
         except (BusError, OSError, trio.BrokenResourceError) as error:
@@ -423,9 +490,28 @@ class ReplicaBus:
         finally:
             await trio.aclose_forcefully(stream)
 
-    async def _authenticate(self, stream: trio.SocketStream) -> Peer | None:
-        """The peer an accepted connection proved to be, within the handshake timeout and
-        a slot among ``BUS_HANDSHAKES_MAX`` (invariant 8); None if it did not."""
+    async def _secure(self, stream: trio.SocketStream, *, server_side: bool) -> BusStream:
+        """The connection as the bus speaks on it: ``stream`` itself, or, with TLS on,
+        ``stream`` after a mutual TLS handshake (invariant 10).
+
+        Raises:
+            BusError: the TLS handshake failed (no certificate, one the CA did not sign,
+                not TLS at all).
+        """
+        if self._tls is None:
+            return stream
+        context = self._tls.accept if server_side else self._tls.dial
+        link = trio.SSLStream(stream, context, server_side=server_side, https_compatible=False)
+        try:
+            await link.do_handshake()
+        except trio.BrokenResourceError as error:
+            raise BusError(_tls_failure(error)) from None
+        return link
+
+    async def _authenticate(self, stream: trio.SocketStream) -> tuple[Peer, BusStream] | None:
+        """The peer an accepted connection proved to be and the connection to speak to it
+        on, within the handshake timeout and a slot among ``BUS_HANDSHAKES_MAX``
+        (invariant 8); None if it did not."""
         slot = _Handshake(
             _address_of(stream),
             trio.CancelScope(deadline=trio.current_time() + HANDSHAKE_TIMEOUT_S),
@@ -436,16 +522,18 @@ class ReplicaBus:
             oldest.scope.cancel()
         self._handshakes.append(slot)
         peer: Peer | None = None
+        link: BusStream = stream
         try:
             with slot.scope:
-                peer = await self._handshake_accept(stream)
+                link = await self._secure(stream, server_side=True)
+                peer = await self._handshake_accept(link)
         except (BusError, OSError, trio.BrokenResourceError) as error:
             self._refused(f"{slot.address}: {error}")
         finally:
             if slot in self._handshakes:
                 self._handshakes.remove(slot)
         if peer is not None:
-            return peer
+            return peer, link
         if slot.evicted:
             self._refused(
                 f"{slot.address}: closed in its handshake to make room, "
@@ -464,7 +552,7 @@ class ReplicaBus:
         more = f" ({left_out} more refusals not logged)" if left_out else ""
         log.info("bus connection refused: %s%s", reason, more)
 
-    async def _handshake_accept(self, stream: trio.SocketStream) -> Peer:
+    async def _handshake_accept(self, stream: BusStream) -> Peer:
         nonce = os.urandom(NONCE_SIZE)
         await stream.send_all(_MAGIC + nonce)
         hello = await _receive_exactly(stream, _HELLO_DIAL.size)
@@ -479,7 +567,7 @@ class ReplicaBus:
         )
         return self.peers[replica]
 
-    async def _handshake_dial(self, stream: trio.SocketStream, peer: Peer) -> None:
+    async def _handshake_dial(self, stream: BusStream, peer: Peer) -> None:
         challenge = await _receive_exactly(stream, len(_MAGIC) + NONCE_SIZE)
         if challenge[: len(_MAGIC)] != _MAGIC:
             raise BusError(f"replica {peer.index} does not speak the bus protocol")
@@ -494,7 +582,7 @@ class ReplicaBus:
         if not hmac.compare_digest(answer, expected):
             raise BusError(f"replica {peer.index} failed authentication")
 
-    async def _serve_peer(self, peer: Peer, stream: trio.SocketStream) -> None:
+    async def _serve_peer(self, peer: Peer, stream: BusStream) -> None:
         peer.stream = stream
         peer.outgoing.clear()
         peer.outgoing_bytes = 0
@@ -520,7 +608,7 @@ class ReplicaBus:
                 peer.read_indexes.clear()
 
     async def _write_until_broken(
-        self, peer: Peer, stream: trio.SocketStream, scope: trio.CancelScope
+        self, peer: Peer, stream: BusStream, scope: trio.CancelScope
     ) -> None:
         try:
             await self._write(peer, stream)
@@ -528,7 +616,10 @@ class ReplicaBus:
             log.info("bus link to replica %d broke: %s", peer.index, error)
             scope.cancel()
 
-    async def _write(self, peer: Peer, stream: trio.SocketStream) -> None:
+    async def _write(self, peer: Peer, stream: BusStream) -> None:
+        if isinstance(stream, trio.SSLStream):
+            await self._write_tls(peer, stream)
+            return
         sock = stream.socket
         while True:
             await peer.wake.wait()
@@ -545,7 +636,20 @@ class ReplicaBus:
                 if sent:
                     pending[0] = pending[0][sent:]
 
-    async def _read(self, peer: Peer, stream: trio.SocketStream) -> None:
+    async def _write_tls(self, peer: Peer, stream: trio.SSLStream[trio.SocketStream]) -> None:
+        """As ``_write``, through TLS: everything queued goes in one ``send_all`` (TLS
+        encrypts a copy anyway, so joining the chunks costs one more)."""
+        while True:
+            await peer.wake.wait()
+            peer.wake = trio.Event()
+            pending = b"".join(peer.outgoing)
+            peer.outgoing.clear()
+            peer.outgoing_bytes = 0
+            if pending:
+                await stream.send_all(pending)
+                peer.bytes_sent += len(pending)
+
+    async def _read(self, peer: Peer, stream: BusStream) -> None:
         buffer = bytearray()
         while True:
             while len(buffer) < _FRAME.size:
@@ -740,7 +844,7 @@ def _address_of(stream: trio.SocketStream) -> str:
     return f"{host}:{port}"
 
 
-async def _receive_exactly(stream: trio.SocketStream, size: int) -> bytes:
+async def _receive_exactly(stream: BusStream, size: int) -> bytes:
     data = bytearray()
     while len(data) < size:
         chunk = await stream.receive_some(size - len(data))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -188,6 +188,9 @@ class TopicDefaults(BaseModel):
         return SIZE_UNLIMITED if size is None else size
 
 
+BUS_TLS_SETTINGS: Final = ("bus_tls_cert_file", "bus_tls_key_file", "bus_tls_ca_file")
+
+
 class Config(BaseSettings):
     """One node's configuration."""
 
@@ -271,6 +274,20 @@ class Config(BaseSettings):
         "the listener speaks TLS only (off by default).",
     )
     tls_key_file: Path | None = Field(None, description="PEM private key matching `tls_cert_file`.")
+    bus_tls_cert_file: Path | None = Field(
+        None,
+        description="PEM certificate chain this node presents on the replica bus, signed by "
+        "`bus_tls_ca_file`; with `bus_tls_key_file` and `bus_tls_ca_file` the bus speaks "
+        "mutual TLS only (off by default). Every node of a cluster sets all three or none.",
+    )
+    bus_tls_key_file: Path | None = Field(
+        None, description="PEM private key matching `bus_tls_cert_file`."
+    )
+    bus_tls_ca_file: Path | None = Field(
+        None,
+        description="PEM certificates of the cluster's CA: a bus peer must present a "
+        "certificate that chains to one of them.",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     limits: Limits = Field(default_factory=Limits)
     config_file: Path | None = Field(
@@ -351,11 +368,21 @@ class Config(BaseSettings):
             raise ValueError("cluster_secret must be at least 16 characters")
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("tls_cert_file and tls_key_file are set together or not at all")
-        for name in ("tls_cert_file", "tls_key_file"):
+        bus_tls = (self.bus_tls_cert_file, self.bus_tls_key_file, self.bus_tls_ca_file)
+        if any(path is None for path in bus_tls) and any(path is not None for path in bus_tls):
+            raise ValueError(
+                "bus_tls_cert_file, bus_tls_key_file and bus_tls_ca_file are set together "
+                "or not at all"
+            )
+        for name in ("tls_cert_file", "tls_key_file", *BUS_TLS_SETTINGS):
             path = getattr(self, name)
             if path is not None and not Path(path).is_file():
                 raise ValueError(f"{name}: {path} is not a file")
         return self
+
+    @property
+    def bus_tls_enabled(self) -> bool:
+        return self.bus_tls_ca_file is not None
 
     @property
     def tls_enabled(self) -> bool:

@@ -240,3 +240,75 @@ def test_proxy_exits_when_its_control_pipe_closes(proxy: ProxyProcess) -> None:
     assert proxy.process.stdin is not None
     proxy.process.stdin.close()
     assert proxy.process.wait(timeout=TIMEOUT_S) == 0
+
+
+@pytest.fixture
+def opaque_proxy(acceptor: socket.socket) -> Iterator[ProxyProcess]:
+    port = acceptor.getsockname()[1]
+    links = [{"name": "0-1", "port": 0, "target": f"127.0.0.1:{port}"}]
+    process = start_proxy(links, 7, None, opaque=True)
+    try:
+        yield process
+    finally:
+        process.close()
+
+
+def _opaque_pair(
+    proxy: ProxyProcess, acceptor: socket.socket
+) -> tuple[socket.socket, socket.socket]:
+    dialer = socket.create_connection(("127.0.0.1", proxy.ports["0-1"]), TIMEOUT_S)
+    acceptor.settimeout(TIMEOUT_S)
+    accepted, _ = acceptor.accept()
+    accepted.settimeout(TIMEOUT_S)
+    return dialer, accepted
+
+
+def _read_bytes(sock: socket.socket, wait_s: float) -> bytes:
+    sock.settimeout(wait_s)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except TimeoutError:
+        pass
+    return data
+
+
+def test_opaque_proxy_forwards_bytes_that_are_no_bus_frames_without_a_desync(
+    opaque_proxy: ProxyProcess, acceptor: socket.socket
+) -> None:
+    # What a TLS bus looks like to the proxy: records it cannot frame.
+    dialer, accepted = _opaque_pair(opaque_proxy, acceptor)
+    try:
+        records = bytes(range(256)) * 64
+        dialer.sendall(records)
+        accepted.sendall(b"\x16\x03\x03" + records[:1000])
+        assert _read_bytes(accepted, 0.5) == records
+        assert _read_bytes(dialer, 0.5) == b"\x16\x03\x03" + records[:1000]
+    finally:
+        dialer.close()
+        accepted.close()
+    links = opaque_proxy.command({"op": "stats"})["links"]
+    assert links["0-1"]["desyncs"] == 0 and links["0-1"]["fwd"]["frames"] >= 1
+
+
+def test_opaque_proxy_cut_drops_every_chunk_of_one_direction_until_healed(
+    opaque_proxy: ProxyProcess, acceptor: socket.socket
+) -> None:
+    dialer, accepted = _opaque_pair(opaque_proxy, acceptor)
+    try:
+        opaque_proxy.command(
+            {"op": "rule", "link": "0-1", "direction": "fwd", "rule": {"cut": True}}
+        )
+        dialer.sendall(b"lost" * 100)
+        accepted.sendall(b"kept")
+        assert _read_bytes(accepted, 0.5) == b""
+        assert _read_bytes(dialer, 0.5) == b"kept"
+        opaque_proxy.command({"op": "heal"})
+        dialer.sendall(b"after")
+        assert _read_bytes(accepted, 0.5) == b"after"
+    finally:
+        dialer.close()
+        accepted.close()
+    fwd = opaque_proxy.command({"op": "stats"})["links"]["0-1"]["fwd"]
+    assert fwd["frames_dropped"] >= 1

@@ -151,6 +151,25 @@ def test_consumer_group_and_offset_commands(node: NodeProcess) -> None:
     ok(node, "stream", "delete", "cli-groups")
 
 
+def test_consumer_group_create_takes_the_iggy_clis_group_id_flag(node: NodeProcess) -> None:
+    ok(node, "stream", "create", "cli-group-ids")
+    ok(node, "topic", "create", "cli-group-ids", "t")
+    created = ok(node, "consumer-group", "create", "cli-group-ids", "t", "a")
+    assigned = int(created.split("(id ")[1].split(")")[0])
+    # The id the server will assign next, asked for with -g: nothing to report.
+    wished = ok(
+        node, "consumer-group", "create", "-g", str(assigned + 1), "cli-group-ids", "t", "b"
+    )
+    assert f"(id {assigned + 1})" in wished and "note:" not in wished
+    # Another id: the group is created with the server's id, and the answer says so.
+    other = ok(node, "consumer-group", "create", "cli-group-ids", "t", "c", "--group-id", "999")
+    assert f"(id {assigned + 2})" in other
+    assert "note: id 999 was asked for; the server assigns consumer group ids" in other
+    code, output = run(node, "consumer-group", "create", "cli-group-ids", "t", "d", "-g", "-1")
+    assert code == 2, output
+    ok(node, "stream", "delete", "cli-group-ids")
+
+
 def test_client_me_and_ping_commands(node: NodeProcess) -> None:
     me = json.loads(ok(node, "me", "--json"))
     assert me["user_id"] == 0 and me["address"].startswith("127.0.0.1:")

@@ -188,3 +188,34 @@ def test_bad_retention_settings_stop_the_node_naming_them(
     with pytest.raises(ConfigError) as refused:
         load_config()
     assert name.lower().replace("__", ".") in str(refused.value)
+
+
+def test_config_bus_tls_takes_all_three_files_or_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("cert.pem", "key.pem", "ca.pem"):
+        (tmp_path / name).write_text("x", encoding="utf-8")
+    assert load_config().bus_tls_enabled is False
+    monkeypatch.setenv("VIEWSTREAM_BUS_TLS_CERT_FILE", str(tmp_path / "cert.pem"))
+    monkeypatch.setenv("VIEWSTREAM_BUS_TLS_KEY_FILE", str(tmp_path / "key.pem"))
+    with pytest.raises(ConfigError, match="set together"):
+        load_config()
+    monkeypatch.setenv("VIEWSTREAM_BUS_TLS_CA_FILE", str(tmp_path / "absent.pem"))
+    with pytest.raises(ConfigError, match="bus_tls_ca_file"):
+        load_config()
+    monkeypatch.setenv("VIEWSTREAM_BUS_TLS_CA_FILE", str(tmp_path / "ca.pem"))
+    config = load_config()
+    assert config.bus_tls_enabled and config.bus_tls_ca_file == tmp_path / "ca.pem"
+
+
+def test_bus_tls_files_that_do_not_load_stop_the_node_naming_the_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from broker.runtime.bus import bus_tls
+
+    for name in ("cert.pem", "key.pem", "ca.pem"):
+        (tmp_path / name).write_text("not PEM\n", encoding="utf-8")
+        monkeypatch.setenv(f"VIEWSTREAM_BUS_TLS_{name[:-4].upper()}_FILE", str(tmp_path / name))
+    with pytest.raises(SystemExit, match="bus_tls_cert_file / bus_tls_key_file / bus_tls_ca_file"):
+        bus_tls(load_config())
+    assert bus_tls(load_config().model_copy(update={"bus_tls_ca_file": None})) is None

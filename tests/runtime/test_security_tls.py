@@ -1,8 +1,8 @@
 """TLS on the client listener of a real node process.
 
-The test generates a self-signed certificate for ``localhost``/127.0.0.1 at test time,
-with the ``cryptography`` package when it is installed, else with the ``openssl``
-command; with neither, the tests are skipped and say why. The node is started with
+The test generates a CA and a certificate for ``localhost``/127.0.0.1 at test time
+(``bench.certs``: the ``cryptography`` package when it is installed, else the ``openssl``
+command; with neither, the tests are skipped and say why). The node is started with
 ``tls_cert_file``/``tls_key_file`` (environment settings), then:
 
 - a standard-library ``ssl`` socket that verifies the certificate speaks ``sdk.wire``
@@ -14,20 +14,23 @@ command; with neither, the tests are skipped and say why. The node is started wi
 
 from __future__ import annotations
 
-import datetime
-import shutil
 import socket
 import ssl
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from urllib.parse import quote
 
 import pytest
+import trio
 from apache_iggy import IggyClient, TcpConfig, TcpReconnectionConfig
 
+from bench.certs import CertificatesUnavailable, make_ca, make_leaf
 from sdk import wire
+from sdk.blocking import Client
+from sdk.client import AsyncClient
+from sdk.connection_string import ClientConfig
+from sdk.errors import ConnectionFailed, InvalidTlsCertificate
 from sdk.wire import NEED_MORE_BYTES, CommandCode, FrameDecoder, build_request_frame, read_reply
 from tests.runtime.processes import ROOT_PASSWORD, NodeProcess, start_node
 from tests.runtime.test_interop_node import run
@@ -38,8 +41,9 @@ IO_TIMEOUT_S = 10.0
 @dataclass(frozen=True)
 class Certificate:
     """A test CA (what clients trust) and the node's leaf certificate and key, signed by
-    it for ``localhost`` and 127.0.0.1. A leaf separate from its CA matters: the official
-    SDK (rustls) refuses a CA certificate presented as the server's own."""
+    it for ``localhost`` and 127.0.0.1 (``bench.certs``). A leaf separate from its CA
+    matters: the official SDK (rustls) refuses a CA certificate presented as the server's
+    own."""
 
     ca: Path
     cert: Path
@@ -47,105 +51,20 @@ class Certificate:
     made_with: str
 
 
-def _with_cryptography(folder: Path) -> Certificate | None:
+def make_certificate(folder: Path) -> Certificate:
+    """A CA and a node leaf signed by it in ``folder``; skips the test without a way to
+    make them."""
     try:
-        from cryptography import x509  # type: ignore[import-not-found, unused-ignore]
-        from cryptography.hazmat.primitives import (  # type: ignore[import-not-found, unused-ignore]
-            hashes,
-            serialization,
-        )
-        from cryptography.hazmat.primitives.asymmetric import (  # type: ignore[import-not-found, unused-ignore]
-            ec,
-        )
-        from cryptography.x509.oid import (  # type: ignore[import-not-found, unused-ignore]
-            ExtendedKeyUsageOID,
-            NameOID,
-        )
-    except ImportError:
-        return None
-    import ipaddress
-
-    now = datetime.datetime.now(datetime.UTC)
-
-    def build(subject: str, issuer: str, public_key: Any, signer: Any, ca: bool) -> Any:
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
-            .public_key(public_key)
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-        )
-        if not ca:
-            builder = builder.add_extension(
-                x509.SubjectAlternativeName(
-                    [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-                ),
-                critical=False,
-            ).add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
-        return builder.sign(signer, hashes.SHA256())
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_cert = build("viewstream test CA", "viewstream test CA", ca_key.public_key(), ca_key, True)
-    key = ec.generate_private_key(ec.SECP256R1())
-    leaf = build("localhost", "viewstream test CA", key.public_key(), ca_key, False)
-    paths = Certificate(folder / "ca.pem", folder / "cert.pem", folder / "key.pem", "cryptography")
-    paths.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    paths.cert.write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
-    paths.key.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return paths
-
-
-def _with_openssl(folder: Path) -> Certificate | None:
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        return None
-    paths = Certificate(folder / "ca.pem", folder / "cert.pem", folder / "key.pem", "openssl")
-    ca_key, csr, extensions = folder / "ca.key", folder / "leaf.csr", folder / "leaf.ext"
-    extensions.write_text(
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
-        "basicConstraints=critical,CA:FALSE\n"
-        "extendedKeyUsage=serverAuth\n"
-        "keyUsage=critical,digitalSignature\n"
-    )
-    new_key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    ca_extensions = [
-        *("-addext", "basicConstraints=critical,CA:TRUE"),
-        *("-addext", "keyUsage=critical,keyCertSign"),
-    ]
-    make_ca = (
-        *(openssl, "req", "-x509", *new_key, "-keyout", str(ca_key), "-out", str(paths.ca)),
-        *("-days", "1", "-subj", "/CN=viewstream test CA", *ca_extensions),
-    )
-    make_request = (
-        *(openssl, "req", *new_key, "-keyout", str(paths.key), "-out", str(csr)),
-        *("-subj", "/CN=localhost"),
-    )
-    sign = (
-        *(openssl, "x509", "-req", "-in", str(csr), "-CA", str(paths.ca), "-CAkey", str(ca_key)),
-        *("-CAcreateserial", "-out", str(paths.cert), "-days", "1", "-extfile", str(extensions)),
-    )
-    steps = [make_ca, make_request, sign]
-    for step in steps:
-        subprocess.run(step, check=True, capture_output=True, timeout=60, cwd=folder)
-    return paths
+        ca = make_ca(folder)
+    except CertificatesUnavailable as error:
+        pytest.skip(f"no way to make a certificate: {error}")
+    leaf = make_leaf(ca, folder, "node")
+    return Certificate(ca.cert, leaf.cert, leaf.key, ca.made_with)
 
 
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> Certificate:
-    folder = tmp_path_factory.mktemp("tls")
-    made = _with_cryptography(folder) or _with_openssl(folder)
-    if made is None:
-        pytest.skip("no way to make a certificate: neither `cryptography` nor `openssl`")
-    return made
+    return make_certificate(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture(scope="module")
@@ -273,3 +192,142 @@ def test_tls_client_that_does_not_trust_the_certificate_fails(tls_node: NodeProc
         pytest.raises(ssl.SSLCertVerificationError),
     ):
         context.wrap_socket(raw, server_hostname="localhost")
+
+
+# --- our SDK over TLS -----------------------------------------------------------------
+
+
+def _tls_config(node: NodeProcess, ca: Path, **changes: object) -> ClientConfig:
+    base = ClientConfig.one_node(node.address, username="iggy", password=ROOT_PASSWORD)
+    settings: dict[str, object] = {"tls_domain": "localhost", "retry_deadline_s": 10.0}
+    settings.update(changes)
+    return base.replace(tls=True, tls_ca_file=str(ca), **settings)
+
+
+def test_tls_sdk_trio_client_connects_with_a_ca_file_and_a_server_name(
+    tls_node: NodeProcess, certificate: Certificate
+) -> None:
+    async def scenario() -> list[str]:
+        async with AsyncClient(_tls_config(tls_node, certificate.ca)) as client:
+            await client.create_stream("trio-tls")
+            return [stream.name for stream in await client.get_streams()]
+
+    assert "trio-tls" in trio.run(scenario)
+
+
+def test_tls_sdk_blocking_client_connects_with_a_ca_file_and_a_server_name(
+    tls_node: NodeProcess, certificate: Certificate
+) -> None:
+    with Client(_tls_config(tls_node, certificate.ca)) as client:
+        client.create_stream("blocking-tls")
+        assert client.get_stream("blocking-tls") is not None
+
+
+def test_tls_sdk_checks_the_host_dialed_when_no_server_name_is_given(
+    tls_node: NodeProcess, certificate: Certificate
+) -> None:
+    # The leaf names 127.0.0.1 too, so dialing that address verifies without tls_domain.
+    with Client(_tls_config(tls_node, certificate.ca, tls_domain=None)) as client:
+        client.ping()
+
+
+def test_tls_sdk_refuses_a_node_whose_certificate_it_cannot_verify(
+    tls_node: NodeProcess, certificate: Certificate, tmp_path: Path
+) -> None:
+    other_ca = make_ca(tmp_path / "other")
+    quick = {"retry_deadline_s": 1.0, "request_timeout_s": 1.0, "connect_timeout_s": 1.0}
+    strangers = [
+        _tls_config(tls_node, other_ca.cert, **quick),  # a CA that did not sign it
+        _tls_config(tls_node, certificate.ca, tls_domain="not-the-node.example", **quick),
+    ]
+    refusal = r"TLS handshake failed.*certificate verify"
+    for config in strangers:
+        client = Client(config)
+        try:
+            with pytest.raises(ConnectionFailed, match=refusal):
+                client.ping()
+        finally:
+            client.close()
+
+        async def ping_over_trio(config: ClientConfig = config) -> None:
+            trio_client = AsyncClient(config)
+            try:
+                with pytest.raises(ConnectionFailed, match=refusal):
+                    await trio_client.ping()
+            finally:
+                await trio_client.close()
+
+        trio.run(ping_over_trio)
+
+
+def test_tls_sdk_refuses_a_missing_ca_file_when_the_client_is_made(
+    tls_node: NodeProcess, tmp_path: Path
+) -> None:
+    with pytest.raises(InvalidTlsCertificate) as missing:
+        Client(_tls_config(tls_node, tmp_path / "absent.pem"))
+    assert missing.value.code == 65
+    empty = tmp_path / "empty.pem"
+    empty.write_text("not a certificate\n")
+    with pytest.raises(InvalidTlsCertificate) as unusable:
+        AsyncClient(_tls_config(tls_node, empty))
+    assert unusable.value.code == 66
+
+
+def test_tls_connection_string_options_and_a_token_work_against_a_real_node(
+    tls_node: NodeProcess, certificate: Certificate
+) -> None:
+    options = f"tls=true&tls_domain=localhost&tls_ca_file={quote(str(certificate.ca))}"
+    with Client.from_connection_string(
+        f"iggy+tcp://iggy:{quote(ROOT_PASSWORD)}@{tls_node.address}?{options}"
+    ) as admin:
+        token = admin.create_personal_access_token("tls-string")
+
+    async def scenario() -> tuple[int, str]:
+        text = f"iggy+tcp://{token}@{tls_node.address}?{options}&cluster_discovery=false"
+        async with AsyncClient.from_connection_string(text) as client:
+            me = await client.get_me()
+            await client.create_stream("token-over-tls")
+            return me.user_id, (await client.get_streams())[-1].name
+
+    user_id, name = trio.run(scenario)
+    assert user_id == 0  # the token's owner, root
+    with Client.from_connection_string(
+        f"iggy://{token}@{tls_node.address}?{options}&cluster_discovery=false"
+    ) as client:
+        assert client.get_stream("token-over-tls") is not None
+    assert name == "token-over-tls"
+
+
+def test_tls_cli_takes_a_connection_string_with_tls_options_and_a_token(
+    tls_node: NodeProcess, certificate: Certificate
+) -> None:
+    from typer.testing import CliRunner
+
+    from broker.cli import app
+
+    runner = CliRunner()
+    options = f"tls=true&tls_domain=localhost&tls_ca_file={quote(str(certificate.ca))}"
+    as_root = f"iggy+tcp://iggy:{quote(ROOT_PASSWORD)}@{tls_node.address}?{options}"
+
+    def cli(*args: str) -> str:
+        result = runner.invoke(app, list(args), env={"VIEWSTREAM_PASSWORD": None})
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    assert "created stream 'cli-over-tls'" in cli(
+        "stream", "create", "cli-over-tls", "--address", as_root
+    )
+    token = cli("pat", "create", "cli-tls", "--quiet", "--address", as_root).strip()
+    as_token = f"iggy://{token}@{tls_node.address}?{options}"
+    assert "cli-over-tls" in cli("stream", "list", "--address", as_token)
+    assert "user 0, tcp" in cli("me", "--address", as_token)  # the token's owner, root
+    assert "1 ping(s)" in cli("ping", "--address", as_token)
+    # Plain TCP to a TLS listener, or TLS without trusting its CA, fails and says so.
+    plain = runner.invoke(app, ["ping", "--address", tls_node.address])
+    assert plain.exit_code == 1
+    untrusted = runner.invoke(
+        app, ["ping", "--address", f"iggy://{token}@{tls_node.address}?tls=true"]
+    )
+    assert untrusted.exit_code == 1 and "certificate verify failed" in untrusted.output
+    bad = runner.invoke(app, ["ping", "--address", "iggy://x@h:1?tls=maybe"])
+    assert bad.exit_code == 2

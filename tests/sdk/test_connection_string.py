@@ -52,11 +52,15 @@ def test_a_large_reconnection_interval_raises_the_backoff_maximum_too() -> None:
     [
         "http://u:p@h:1",
         "iggy://h:1",
-        "iggy://token@h:1",
+        "iggy://@h:1",
         "iggy://:p@h:1",
+        "iggy://u:@h:1",
         "iggy://u:p@h:notaport",
         "iggy://u:p@h:70000",
-        "iggy://u:p@h:1?tls=true",
+        "iggy://u:p@h:1?tls=on",
+        "iggy://u:p@h:1?tls_ca_file=ca.pem",
+        "iggy://u:p@h:1?tls_domain=node.example",
+        "iggy://u:p@h:1?tls=true&tls=false",
         "iggy://u:p@h:1?bogus=1",
         "iggy://u:p@h:1?request_timeout=soon",
         "iggy://u:p@h:1?nodelay=maybe",
@@ -78,3 +82,46 @@ def test_config_validates_its_fields() -> None:
         ClientConfig(username="u")
     with pytest.raises(ValueError):
         ClientConfig(backoff_min_s=2, backoff_max_s=1)
+    with pytest.raises(ValueError):
+        ClientConfig(username="u", password="p", token="t")
+    with pytest.raises(ValueError):
+        ClientConfig(token="")
+    with pytest.raises(ValueError):
+        ClientConfig(tls_ca_file="ca.pem")
+
+
+def test_tls_options_in_iggys_form_set_tls_the_server_name_and_the_ca_file() -> None:
+    config = parse_connection_string(
+        "iggy+tcp://u:p@10.0.0.5:8090?tls=true&tls_domain=node-1.example"
+        "&tls_ca_file=%2Fetc%2Fviewstream%2Fca.pem"
+    )
+    assert config.tls is True
+    assert config.tls_domain == "node-1.example"
+    assert config.tls_ca_file == "/etc/viewstream/ca.pem"
+
+
+def test_tls_alone_verifies_the_host_dialed_against_the_system_roots() -> None:
+    config = parse_connection_string("iggy://u:p@h:1?tls=true&tls_domain=")
+    assert (config.tls, config.tls_domain, config.tls_ca_file) == (True, None, None)
+    assert parse_connection_string("iggy://u:p@h:1").tls is False
+
+
+def test_a_credential_without_a_colon_is_a_personal_access_token() -> None:
+    config = parse_connection_string("iggy+tcp://iggypat-1234567890abcdef@127.0.0.1:8090")
+    assert config.token == "iggypat-1234567890abcdef"
+    assert (config.username, config.password) == (None, None)
+    assert config.seeds == (NodeAddress("127.0.0.1", 8090),)
+
+
+def test_a_token_replaces_the_base_settings_password_and_the_reverse() -> None:
+    base = ClientConfig(username="u", password="p")
+    with_token = parse_connection_string("iggy://Xy_z-9%2B@h:1", base)
+    assert (with_token.token, with_token.username, with_token.password) == ("Xy_z-9+", None, None)
+    back = parse_connection_string("iggy://u:p@h:1", with_token)
+    assert (back.token, back.username, back.password) == (None, "u", "p")
+
+
+def test_secrets_are_not_in_the_repr() -> None:
+    text = repr(parse_connection_string("iggy://tok-secret@h:1"))
+    text += repr(parse_connection_string("iggy://u:pass-secret@h:1"))
+    assert "tok-secret" not in text and "pass-secret" not in text

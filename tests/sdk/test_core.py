@@ -677,3 +677,22 @@ def test_a_token_login_registers_with_45_and_logs_in_again_with_the_token() -> N
     assert tokens == ["secret-token"] * 2
     assert core.session.session == SESSION + 1
     assert "secret-token" not in repr(core.credentials)
+
+
+def test_a_token_in_the_settings_logs_in_by_itself_with_45() -> None:
+    """``ClientConfig(token=...)`` (a connection string's ``iggy://TOKEN@...``) is
+    what the core logs in with on the first call that needs a session."""
+    core, _ = make_core(credentials=False, token="settings-token")
+    server = Scripted(
+        {
+            CommandCode.LOGIN_REGISTER_WITH_PAT: lambda s: login_reply(s, SESSION),
+            CommandCode.GET_STREAMS: lambda s: ok(s, Streams()),
+        }
+    )
+    trace = Trace()
+    assert core.has_credentials
+    assert drive(core, core.get_streams(), server, trace=trace) == []
+    registers = [s for s in trace.sent if s.header.operation is Operation.REGISTER]
+    assert [s.code for s in registers] == [CommandCode.LOGIN_REGISTER_WITH_PAT]
+    assert isinstance(registers[0].payload, LoginRegisterWithPat)
+    assert registers[0].payload.token == "settings-token"
