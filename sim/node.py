@@ -107,7 +107,7 @@ from broker.state.metadata import (
     PartitionRef,
 )
 from broker.state.metadata_machine import MetadataMachine, PartitionStats
-from broker.state.partition_machine import PartitionMachine
+from broker.state.partition_machine import CHECKPOINT_AFTER_OPERATIONS, PartitionMachine
 from broker.state.routing import PartitionRoute
 from consensus.config import ReplicaConfig
 from consensus.events import (
@@ -422,7 +422,11 @@ class Node:
         config: ReplicaConfig = self.options.replica
         if group != METADATA_GROUP:
             # A partition's log is its messages: never jump over them to a snapshot.
-            config = replace(config, state_transfer=False)
+            config = replace(
+                config,
+                state_transfer=False,
+                checkpoint_after_operations=CHECKPOINT_AFTER_OPERATIONS,
+            )
         return self.replica_class(
             group,
             self.index,

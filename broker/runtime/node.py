@@ -161,7 +161,12 @@ from broker.state.metadata_machine import (
     PartitionStats,
 )
 from broker.state.options import options_catalog
-from broker.state.partition_machine import purge_body, retain_body, store_offset_body
+from broker.state.partition_machine import (
+    CHECKPOINT_AFTER_OPERATIONS,
+    purge_body,
+    retain_body,
+    store_offset_body,
+)
 from broker.state.permissions import Action
 from broker.state.routing import PartitionRoute
 from consensus import Message, ReplicaConfig
@@ -296,8 +301,14 @@ class Node:
             segment_size_bytes=segment_size_bytes or self.config.segment_size_bytes,
             # A partition's log is its messages: a replica far behind repairs every op
             # rather than jump over them to a snapshot of offsets (ReplicaConfig docs).
+            # Its replicas checkpoint as a purge or retention commits, so the segments it
+            # retired are deleted at once (``CHECKPOINT_AFTER_OPERATIONS``).
             replica_config=ReplicaConfig(
-                clients_max=clients_max, state_transfer=kind is GroupKind.METADATA
+                clients_max=clients_max,
+                state_transfer=kind is GroupKind.METADATA,
+                checkpoint_after_operations=(
+                    CHECKPOINT_AFTER_OPERATIONS if kind is GroupKind.PARTITION else ()
+                ),
             ),
             send=self._send_to_replica,
             on_applied=self._on_applied,
