@@ -750,9 +750,19 @@ class Node:
         report.node["uptime_s"] = uptime
         report.node["replica"] = self.replica_index
         report.node["replicas"] = self.replica_count
-        report.node["disk_used_bytes"] = self.disk.used_bytes
-        report.node["disk_free_bytes"] = self.disk.free_bytes
-        report.node["disk_full"] = self.disk.full
+        usage = self.disk.usage
+        report.node["disk_used_bytes"] = usage.used_bytes
+        report.node["disk_free_bytes"] = usage.free_bytes
+        report.node["disk_budget_bytes"] = usage.budget_bytes
+        report.node["disk_full"] = usage.full
+        journals = [
+            host for host in self.groups.values() if host.partition is not None and host.store
+        ]
+        report.node["bytes_retained"] = sum(
+            host.store.size_bytes() for host in journals if host.store and not host.journal_busy
+        )
+        report.node["bytes_deleted"] = sum(host.counters.bytes_deleted for host in journals)
+        report.node["segments_deleted"] = sum(host.counters.segments_deleted for host in journals)
         report.node["sync_scope"] = self.flusher.scope
         report.node["flushes"] = self.flusher.counters.rounds
         report.node["groups_flushed"] = self.flusher.counters.groups_flushed
@@ -1165,7 +1175,7 @@ class Node:
         stats = self._stats_payload()
         return (
             f"data_dir: {self.config.data_dir}\n"
-            f"data_dir_used_bytes: {self.disk.used_bytes}\n"
+            f"data_dir_used_bytes: {self.disk.usage.used_bytes}\n"
             f"free_disk_space_bytes: {stats.free_disk_space}\n"
             f"total_disk_space_bytes: {stats.total_disk_space}\n"
         )
