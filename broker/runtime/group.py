@@ -385,6 +385,14 @@ class GroupHost:
         while self.replica is None or self.replica.commit_min < op:
             await self._applied.wait()
 
+    async def wait_purged(self, generation: int) -> None:
+        """Wait until this partition replica has applied purge ``generation``."""
+        while (
+            self.partition_machine is None
+            or self.partition_machine.state.purge_generation < generation
+        ):
+            await self._applied.wait()
+
     async def wait_readable(self, op: int) -> None:
         """Wait until this replica may serve a read that must see ``op``
         (``broker.core.reads.readable``): it is in normal status and has applied both

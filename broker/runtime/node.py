@@ -96,6 +96,7 @@ from broker.core.handlers import (
     HashPassword,
     LoginsBusy,
     PasswordLogin,
+    PurgeApplied,
     ReadBarrier,
     Submit,
     VerifyPassword,
@@ -909,6 +910,7 @@ class Node:
             Submit: self._do_submit,
             CatchUp: self._do_catch_up,
             ReadBarrier: self._do_read_barrier,
+            PurgeApplied: self._do_purge_applied,
             PasswordLogin: self._do_password_login,
             VerifyPassword: self._do_verify_password,
             HashPassword: self._do_hash_password,
@@ -932,6 +934,12 @@ class Node:
         host = self.groups.get(effect.group_id)
         if host is not None:
             await self._catch_up(host, effect.op)
+
+    async def _do_purge_applied(self, effect: PurgeApplied) -> None:
+        host = self.groups.get(effect.group_id)
+        if host is not None:
+            with trio.move_on_after(CATCH_UP_TIMEOUT_S):
+                await host.wait_purged(effect.generation)
 
     async def _do_read_barrier(self, effect: ReadBarrier) -> bool:
         host = self.groups.get(effect.group_id)
