@@ -82,6 +82,10 @@ class DiskGuard:
         self.data_dir = data_dir
         self.usage = DiskUsage(DiskLimits(budget_bytes, free_min_bytes))
         self._was_full = False
+        self.bytes_deleted = 0
+        """Bytes of the segment logs partitions deleted since the node started (retention,
+        DELETE_SEGMENTS, purges), groups deleted since included."""
+        self.segments_deleted = 0
 
     @property
     def full(self) -> bool:
@@ -90,8 +94,11 @@ class DiskGuard:
     def note_appended(self, size: int) -> None:
         self.usage.note_appended(size)
 
-    def note_deleted(self, size: int) -> None:
-        """Segments of ``size`` bytes were deleted: room again at once, if that was all."""
+    def note_deleted(self, size: int, segments: int) -> None:
+        """``segments`` segments of ``size`` bytes were deleted: room again at once, if
+        that was all."""
+        self.bytes_deleted += size
+        self.segments_deleted += segments
         self.usage.note_deleted(size)
         self._log_change()
 

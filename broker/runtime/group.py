@@ -773,7 +773,7 @@ class GroupHost:
             deleted_bytes = sum(segment.size_bytes for segment in deleted)
             self.counters.bytes_deleted += deleted_bytes
             if self.disk is not None:
-                self.disk.note_deleted(deleted_bytes)
+                self.disk.note_deleted(deleted_bytes, len(deleted))
         if not self._sync_in_flight and store.retain_waits_for_sync(floor):
             # The journal deletes only what it synced, and a replicated group's journal
             # is not synced as it appends: one sync lets the deletion go on (its

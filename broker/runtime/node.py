@@ -756,14 +756,13 @@ class Node:
         report.node["disk_free_bytes"] = usage.free_bytes
         report.node["disk_budget_bytes"] = usage.budget_bytes
         report.node["disk_full"] = usage.full
-        journals = [
-            host for host in self.groups.values() if host.partition is not None and host.store
-        ]
         report.node["bytes_retained"] = sum(
-            host.store.size_bytes() for host in journals if host.store and not host.journal_busy
+            host.store.size_bytes()
+            for host in self.groups.values()
+            if host.partition is not None and host.store is not None and not host.journal_busy
         )
-        report.node["bytes_deleted"] = sum(host.counters.bytes_deleted for host in journals)
-        report.node["segments_deleted"] = sum(host.counters.segments_deleted for host in journals)
+        report.node["bytes_deleted"] = self.disk.bytes_deleted
+        report.node["segments_deleted"] = self.disk.segments_deleted
         report.node["sync_scope"] = self.flusher.scope
         report.node["flushes"] = self.flusher.counters.rounds
         report.node["groups_flushed"] = self.flusher.counters.groups_flushed

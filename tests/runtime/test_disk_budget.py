@@ -24,7 +24,7 @@ from broker.runtime.disk import (
     scan_disk,
     used_bytes,
 )
-from sdk import wire
+from sdk import Client, ClientConfig, wire
 from sdk.wire import CommandCode, IggyErrorCode
 from tests.runtime.processes import ROOT_PASSWORD, start_node
 from tests.wire_client import WireClient
@@ -212,6 +212,12 @@ def test_a_full_node_takes_messages_again_once_retention_deletes_expired_segment
             assert [offset for offset, _ in messages] == list(range(start, len(acknowledged)))
             assert [message_id for _, message_id in messages] == acknowledged[start:]
             assert used_bytes(data_dir) <= budget
+        config = ClientConfig.one_node(node.address, username="iggy", password=ROOT_PASSWORD)
+        with Client(config) as sdk:
+            report = sdk.get_runtime_stats()["node"]
+        # The stats show what retention deleted (four segments and more), and the budget.
+        assert report["segments_deleted"] >= 4 and report["bytes_deleted"] > 4 * 10**6
+        assert report["disk_budget_bytes"] == budget and report["disk_full"] is False
         assert any("disk full" in line for line in node.output), node.output
     finally:
         node.stop()
