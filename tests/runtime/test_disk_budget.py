@@ -26,7 +26,7 @@ from broker.runtime.disk import (
 )
 from sdk import Client, ClientConfig, wire
 from sdk.wire import CommandCode, IggyErrorCode
-from tests.runtime.processes import ROOT_PASSWORD, start_node
+from tests.runtime.processes import ROOT_PASSWORD, NodeProcess, start_node
 from tests.wire_client import WireClient
 
 BUDGET_BYTES = 64 * 1024 * 1024
@@ -149,11 +149,22 @@ BATCH_MESSAGES = 100  # of 1 kB: ten batches a segment
 FILL_BATCHES_MAX = 200  # 20 MB, far past the budget
 
 
-def test_a_full_node_takes_messages_again_once_retention_deletes_expired_segments(
-    tmp_path: Path,
-) -> None:
-    data_dir = tmp_path / "data"
-    env = {"VIEWSTREAM_RETENTION_INTERVAL_S": "1"}
+def _fill(client: WireClient) -> list[int]:
+    """Send batches until the node refuses one with 4010; the ids acknowledged."""
+    acknowledged: list[int] = []
+    for batch in range(FILL_BATCHES_MAX):
+        first = 1 + batch * BATCH_MESSAGES
+        status = _send(client, first, BATCH_MESSAGES)
+        if status == IggyErrorCode.CANNOT_APPEND_MESSAGE:
+            return acknowledged
+        assert status == 0, status
+        acknowledged.extend(range(first, first + BATCH_MESSAGES))
+    raise AssertionError(f"{FILL_BATCHES_MAX} batches and the node never refused")
+
+
+def _start_with_budget(data_dir: Path, env: dict[str, str]) -> tuple[NodeProcess, int]:
+    """A node whose budget is what it holds with an empty topic of 1 MiB segments, and
+    five segments more; the node and its budget."""
     node = start_node(data_dir, env=env)
     try:
 
@@ -168,24 +179,53 @@ def test_a_full_node_takes_messages_again_once_retention_deletes_expired_segment
     finally:
         node.stop()
         node.kill()
-    # The budget: what the node holds with its empty topic, and five segments more.
     budget = used_bytes(data_dir) + 5 * SEGMENT_BYTES
-    node = start_node(data_dir, env=env | {"VIEWSTREAM_LIMITS__DISK_BUDGET_BYTES": str(budget)})
+    budget_env = {"VIEWSTREAM_LIMITS__DISK_BUDGET_BYTES": str(budget)}
+    return start_node(data_dir, env=env | budget_env), budget
+
+
+def test_a_full_node_takes_messages_again_once_a_purge_deletes_the_topic_s_segments(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "data"
+    node, budget = _start_with_budget(data_dir, {})
+    try:
+        with WireClient(node.address) as client:
+            client.login("iggy", ROOT_PASSWORD)
+            acknowledged = _fill(client)
+            assert _poll_ids(client) == acknowledged
+
+            async def purge() -> None:
+                sdk = IggyClient(node.address)
+                await sdk.connect()
+                await sdk.login_user("iggy", ROOT_PASSWORD)
+                await sdk.purge_topic(STREAM, "t")
+
+            asyncio.run(asyncio.wait_for(purge(), WAIT_S))
+            # Answered once the partition applied it; its files go as that op commits (a
+            # sync, then the deletion), and with them the node takes messages again.
+            _wait_status(client, 0, 1_000_000, IggyErrorCode.CANNOT_APPEND_MESSAGE)
+            assert _poll_all(client) == [(len(acknowledged), 1_000_000)]  # offsets go on
+            deadline = time.monotonic() + WAIT_S
+            while used_bytes(data_dir) > budget - 4 * SEGMENT_BYTES:
+                assert time.monotonic() < deadline, "the purged segments' files stayed"
+                time.sleep(0.1)
+    finally:
+        node.stop()
+        node.kill()
+
+
+def test_a_full_node_takes_messages_again_once_retention_deletes_expired_segments(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "data"
+    node, budget = _start_with_budget(data_dir, {"VIEWSTREAM_RETENTION_INTERVAL_S": "1"})
     try:
         with WireClient(node.address) as client:
             client.login("iggy", ROOT_PASSWORD)
             # Fill: the topic keeps everything (no expiry yet), so the node must refuse.
             full = IggyErrorCode.CANNOT_APPEND_MESSAGE
-            acknowledged: list[int] = []
-            for batch in range(FILL_BATCHES_MAX):
-                first = 1 + batch * BATCH_MESSAGES
-                status = _send(client, first, BATCH_MESSAGES)
-                if status == full:
-                    break
-                assert status == 0, status
-                acknowledged.extend(range(first, first + BATCH_MESSAGES))
-            else:
-                raise AssertionError(f"{FILL_BATCHES_MAX} batches and the node never refused")
+            acknowledged = _fill(client)
             assert len(acknowledged) * 1000 > 4 * SEGMENT_BYTES
             assert used_bytes(data_dir) > budget - SEGMENT_BYTES
             # Full: polls go on, and serve every acknowledged message.
