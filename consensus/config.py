@@ -62,6 +62,12 @@ class ReplicaConfig:
     repair_ops_max: int = REPAIR_OPS_MAX
     repair_attempts_max: int = REPAIR_ATTEMPTS_MAX
     checkpoint_interval_ops: int | None = CHECKPOINT_INTERVAL_OPS
+    checkpoint_after_operations: tuple[int, ...] = ()
+    """Operations after whose commit the replica checkpoints at once, between its
+    interval's checkpoints (checkpoints stay off where ``checkpoint_interval_ops`` is
+    None). For an op that lets the host delete log records: the host may delete only
+    what a restart no longer replays, the ops up to the checkpoint, so without it the
+    deletion would wait up to a whole interval of further ops."""
     snapshot_chunk_bytes: int = SNAPSHOT_CHUNK_BYTES
     recovering_attempts_max: int = RECOVERING_ATTEMPTS_MAX
     prepare_timeout_ticks: int = PREPARE_TIMEOUT_TICKS

@@ -1009,7 +1009,10 @@ class Replica:
                     )
                 )
             interval = self.config.checkpoint_interval_ops
-            if interval is not None and op % interval == 0:
+            if interval is not None and (
+                op % interval == 0
+                or prepare.header.operation in self.config.checkpoint_after_operations
+            ):
                 self._checkpoint()
 
     def _snapshot(self) -> bytes:

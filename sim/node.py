@@ -79,6 +79,7 @@ from broker.core.handlers import (
     Flow,
     HashPassword,
     PasswordLogin,
+    PurgeApplied,
     ReadBarrier,
     Rules,
     Submit,
@@ -107,7 +108,7 @@ from broker.state.metadata import (
     PartitionRef,
 )
 from broker.state.metadata_machine import MetadataMachine, PartitionStats
-from broker.state.partition_machine import PartitionMachine
+from broker.state.partition_machine import CHECKPOINT_AFTER_OPERATIONS, PartitionMachine
 from broker.state.routing import PartitionRoute
 from consensus.config import ReplicaConfig
 from consensus.events import (
@@ -294,7 +295,7 @@ class _Wait:
     ``target``; resumed with False (a barrier) at ``deadline``, as the runtime's wait ends."""
 
     waiting: _Flow
-    effect: CatchUp | ReadBarrier
+    effect: CatchUp | ReadBarrier | PurgeApplied
     deadline: int
     round: ReadIndexRound | None = None
     target: int | None = None
@@ -422,7 +423,11 @@ class Node:
         config: ReplicaConfig = self.options.replica
         if group != METADATA_GROUP:
             # A partition's log is its messages: never jump over them to a snapshot.
-            config = replace(config, state_transfer=False)
+            config = replace(
+                config,
+                state_transfer=False,
+                checkpoint_after_operations=CHECKPOINT_AFTER_OPERATIONS,
+            )
         return self.replica_class(
             group,
             self.index,
@@ -831,7 +836,7 @@ class Node:
     def _carry_out(self, waiting: _Flow, effect: Effect) -> None:
         if isinstance(effect, Submit):
             self._submit_effect(waiting, effect)
-        elif isinstance(effect, CatchUp | ReadBarrier):
+        elif isinstance(effect, CatchUp | ReadBarrier | PurgeApplied):
             self._wait_effect(waiting, effect)
         elif isinstance(effect, PasswordLogin):
             user = login_user(self.metadata_state(), effect.username)
@@ -866,7 +871,7 @@ class Node:
         )
         self._submit(self._tick, host, submission)
 
-    def _wait_effect(self, waiting: _Flow, effect: CatchUp | ReadBarrier) -> None:
+    def _wait_effect(self, waiting: _Flow, effect: CatchUp | ReadBarrier | PurgeApplied) -> None:
         """Wait, bounded by ``READ_WAIT_TICKS``, as the runtime's ``_catch_up`` and
         ``_read_barrier`` do (``broker.core.reads``)."""
         wait = _Wait(waiting, effect, self._tick + READ_WAIT_TICKS)
@@ -881,6 +886,14 @@ class Node:
         host = self.groups.get(effect.group_id)
         if host is None or self._tick >= wait.deadline:
             self._end_wait(token, wait, False)
+            return
+        if isinstance(effect, PurgeApplied):
+            machine = host.machine.inner
+            applied = isinstance(machine, PartitionMachine) and (
+                machine.state.purge_generation >= effect.generation
+            )
+            if applied:
+                self._end_wait(token, wait, None)
             return
         replica = host.replica
         if wait.target is None:
@@ -904,6 +917,7 @@ class Node:
         """Ask for a read index when the wait needs one (a fresh read, or a backup
         behind the op it waits for), or decide the wait's target at once."""
         effect = wait.effect
+        assert isinstance(effect, CatchUp | ReadBarrier)  # a purge's wait has no op
         fresh = isinstance(effect, ReadBarrier) and effect.fresh
         behind = replica.commit_min < effect.op and not replica.is_primary
         if not (fresh or behind) or replica.status is not Status.NORMAL:
@@ -921,7 +935,8 @@ class Node:
 
     def _end_wait(self, token: int, wait: _Wait, result: bool | None) -> None:
         del self._waits[token]
-        self._resume(wait.waiting, None if isinstance(wait.effect, CatchUp) else result)
+        effect = wait.effect
+        self._resume(wait.waiting, result if isinstance(effect, ReadBarrier) else None)
 
     def _respond(self, waiting: _Flow, response: Response) -> None:
         """Send the flow's response to its client as the frames it is, read back into a
@@ -1158,6 +1173,7 @@ class Node:
         round_ = wait.round
         round_.answered(source, reply.in_view, reply.commit)
         effect = wait.effect
+        assert isinstance(effect, CatchUp | ReadBarrier)  # only they ask for a read index
         if round_.failed:
             fresh = isinstance(effect, ReadBarrier) and effect.fresh
             if fresh:

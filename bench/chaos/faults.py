@@ -21,8 +21,9 @@ Fault kinds (``FAULT_KINDS``):
   ballast file of ``DISK_BUDGET_BYTES`` in its data directory (the node counts each file
   by its size, so the ballast costs no real disk; the nodes run with that budget), hold,
   remove it. Meanwhile that node refuses new messages where it is primary (4010, a send
-  that failed) and drops prepares where it is a backup; afterwards it repairs what it
-  missed. The real file system of a shared machine is never filled.
+  that failed); where it is a backup it still writes its primary's prepares (a backup
+  drops message prepares only on a nearly exhausted file system, ``broker.core.disk``).
+  The real file system of a shared machine is never filled.
 
 One fault at a time: the injector heals a fault, then waits until the cluster has
 recovered (see :func:`bench.chaos.run.wait_recovered`) before the next one. So at most one

@@ -286,10 +286,18 @@ def stats(target: Target, *, as_json: bool) -> str:
     ]
     node = runtime.get("node", {})
     if "disk_used_bytes" in node:
+        budget = node.get("disk_budget_bytes")
         lines.append(
             f"disk: data directory {node['disk_used_bytes']} bytes, "
-            f"{node['disk_free_bytes']} bytes free"
+            f"{node['disk_free_bytes']} bytes free, budget "
+            + (f"{budget} bytes" if budget is not None else "none")
             + ("  FULL: new messages refused (4010)" if node["disk_full"] else "")
+        )
+    if "bytes_retained" in node:
+        lines.append(
+            f"retention: {node['bytes_retained']} bytes retained in partition journals, "
+            f"{node['bytes_deleted']} bytes deleted in {node['segments_deleted']} segments "
+            "since start"
         )
     if "sync_scope" in node:
         flushes = node["flushes"]

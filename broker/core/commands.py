@@ -56,7 +56,7 @@ from broker.state.admission import create_token_command, metadata_command
 from broker.state.codec import OPERATION_BY_COMMAND, encode_command
 from broker.state.credentials import token_hash
 from broker.state.errors import ErrorCode, StateError
-from broker.state.metadata import MetadataCommand, MetadataState
+from broker.state.metadata import MetadataCommand, MetadataState, PurgeStream, PurgeTopic
 from broker.state.metadata_machine import MetadataMachine, StatsSource
 from broker.state.partition_machine import resolved_offset_request
 from broker.state.permissions import Action
@@ -304,6 +304,33 @@ def admit_command(
         return Denied(int(ErrorCode.PARTITIONS_LIMIT_REACHED), beyond, operation)
     operation, body = encode_command(command)
     return MetadataWrite(command, int(operation), body)
+
+
+def purged_partitions(
+    state: MetadataState, command: MetadataCommand
+) -> list[tuple[PartitionRoute, int]]:
+    """The partitions a committed purge ``command`` truncates, each with the purge
+    generation its group must apply, read from ``state`` once it applied the purge; empty
+    for any other command, or a stream or topic gone since."""
+    if isinstance(command, PurgeTopic):
+        try:
+            stream_id, topic_id = state.resolve_ids(command.stream, command.topic)
+        except StateError:
+            return []
+        wanted = {(stream_id, topic_id)}
+    elif isinstance(command, PurgeStream):
+        try:
+            stream_id, _ = state.resolve_ids(command.stream)
+        except StateError:
+            return []
+        wanted = {(stream_id, topic.id) for topic in state.topics(command.stream)}
+    else:
+        return []
+    return [
+        (PartitionRoute(ref.stream_id, ref.topic_id, ref.partition_id), ref.purge_generation)
+        for ref in state.partition_refs()
+        if (ref.stream_id, ref.topic_id) in wanted
+    ]
 
 
 def committed_retry(

@@ -66,6 +66,7 @@ from broker.core.commands import (
     admit_poll,
     committed_retry,
     judge_code,
+    purged_partitions,
     resync_reply,
     token_reply,
 )
@@ -96,7 +97,14 @@ from broker.state.admission import (
 from broker.state.codec import encode_command
 from broker.state.credentials import PasswordHash
 from broker.state.errors import ErrorCode, StateError
-from broker.state.metadata import MetadataState, Register, UserInfo, UserStatus
+from broker.state.metadata import (
+    MetadataState,
+    PurgeStream,
+    PurgeTopic,
+    Register,
+    UserInfo,
+    UserStatus,
+)
 from broker.state.metadata_machine import CLIENT_ID_TAKEN_STATUS, MetadataMachine, PartitionStats
 from broker.state.partition_machine import PartitionMachine, retain_body
 from broker.state.permissions import Action
@@ -182,6 +190,16 @@ class ReadBarrier:
 
 
 @dataclass(frozen=True, slots=True)
+class PurgeApplied:
+    """Wait, bounded, until partition group ``group_id`` applied purge ``generation``
+    here (its primary's node proposes the truncation once the purge committed in the
+    metadata); the result is None, whether or not it got there."""
+
+    group_id: int
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
 class PasswordLogin:
     """Check ``password`` for ``username`` within the login bounds of clients at ``host``
     (their turn, their failure delay; a failure counts against them). The result is the
@@ -208,7 +226,9 @@ class HashPassword:
     password: str
 
 
-Effect = Submit | CatchUp | ReadBarrier | PasswordLogin | VerifyPassword | HashPassword
+Effect = (
+    Submit | CatchUp | ReadBarrier | PurgeApplied | PasswordLogin | VerifyPassword | HashPassword
+)
 Flow = Generator[Effect, Any, Response]
 
 
@@ -627,7 +647,25 @@ def _metadata_write(node: Node, request: Request) -> Flow:
     outcome = yield from _submitted(node, request, metadata, checksum, write.operation, write.body)
     if code is CommandCode.LOGOUT_USER and isinstance(outcome, Replied):
         logged_out(request.context)
+    if isinstance(outcome, Replied) and isinstance(write.command, PurgeStream | PurgeTopic):
+        yield from _purges_applied(node, write.command, outcome.op)
     return _answer(node, request, metadata, outcome, checksum)
+
+
+def _purges_applied(
+    node: Node, command: PurgeStream | PurgeTopic, op: int
+) -> Generator[Effect, Any, None]:
+    """Hold a committed purge's answer until this node's replicas of its partitions have
+    applied it (bounded), so that, as in Iggy, ``get_topic`` and polls that follow the
+    answer find the topic empty: the metadata op only decides the purge, and each
+    partition group carries it out in its own op."""
+    yield CatchUp(METADATA_GROUP, op)
+    for route, generation in purged_partitions(_state(node), command):
+        try:
+            group = node.partition(route)
+        except StateError:
+            continue  # deleted since
+        yield PurgeApplied(group.group_id, generation)
 
 
 def _send(node: Node, request: Request) -> Flow:

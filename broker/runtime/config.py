@@ -99,17 +99,20 @@ class Limits(BaseModel):
         "counted at its declared size from its header until it is answered; a frame that "
         "does not fit waits, unread (TCP backpressure). At least `frame_size_bytes_max`.",
     )
-    disk_budget_bytes: int = Field(
-        0,
+    disk_budget_bytes: int | None = Field(
+        None,
         ge=0,
         description="Most bytes the data directory may hold (every file under it); past "
-        "it the node refuses new messages with 4010 until there is room. 0: no budget.",
+        "it the node refuses new messages with 4010 until retention, a purge or a deletion "
+        "makes room. Unset: whatever leaves 5% of the file system free. 0: no budget but "
+        "`disk_free_min_bytes`.",
     )
     disk_free_min_bytes: int = Field(
         64 * 1024 * 1024,
         ge=0,
-        description="Free space the node leaves on its data directory's file system; "
-        "below it the node refuses new messages as when over its budget.",
+        description="Free space the node leaves on its data directory's file system, "
+        "whatever the budget; below it the node refuses new messages as when over its "
+        "budget, and its partition backups stop writing their peers' message prepares.",
     )
     # -- descriptors
     partition_descriptors_reserved: int = Field(

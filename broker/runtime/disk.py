@@ -1,13 +1,9 @@
-"""The disk guard: how much room a node's data directory has left, and whether it is full.
+"""The disk guard: reads how much room a node's data directory has left, for the budget.
 
-Purpose: stop taking new messages before the disk runs out, instead of failing a journal
-write half-way. A node is *full* when its data directory holds more than
-``limits.disk_budget_bytes`` (when set), or when its file system has less than
-``limits.disk_free_min_bytes`` free. A full node refuses new messages with
-``CANNOT_APPEND_MESSAGE`` (4010) where it is a partition's primary, and its partition
-backups drop prepares (as if lost on the network: the other replicas go on, and this one
-repairs what it missed once there is room again). Metadata ops are small and still taken,
-so logins and reads keep working. Reads are never refused for lack of space.
+Purpose: measure, and only measure: the decisions (whether the node is full, what a full
+node refuses) are ``broker.core.disk.DiskUsage``'s, fed the readings taken here. A full
+node refuses new messages with ``CANNOT_APPEND_MESSAGE`` (4010) where it is a partition's
+primary; retention and purge go on and free space (``docs/operations.md``, A full disk).
 
 Invariants:
 
@@ -16,22 +12,21 @@ Invariants:
    directory, whose cost grows with the files a node holds (thousands of partitions), at
    most ``WALK_DUTY_MAX`` of the time: after a walk that took ``t``, the next one starts
    ``max(DISK_SCAN_INTERVAL_S, t / WALK_DUTY_MAX)`` after it started.
-2. Between readings, bytes appended to journals are added to each figure since its last
-   reading (``note_appended``), so a burst cannot overshoot the budget by more than the
-   prepares already admitted, however long the walk waits.
-3. Usage counts each file's size (``st_size``), so a sparse file counts in full: what the
+2. Usage counts each file's size (``st_size``), so a sparse file counts in full: what the
    directory may come to occupy, the same on every file system.
+3. The guard logs once when the node becomes full and once when it has room again.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 import trio
+
+from broker.core.disk import DiskLimits, DiskReading, DiskUsage
 
 log = logging.getLogger("viewstream.disk")
 
@@ -43,19 +38,10 @@ WALK_DUTY_MAX: Final = 0.01
 every second."""
 
 
-@dataclass(frozen=True, slots=True)
-class DiskScan:
-    """One reading of the data directory and its file system."""
-
-    used_bytes: int
-    """Sum of the sizes of every file under the data directory."""
-    free_bytes: int
-    """Bytes free on its file system for an unprivileged writer."""
-
-
-def scan_disk(data_dir: Path) -> DiskScan:
-    """Read the data directory's usage and its file system's free space (blocking)."""
-    return DiskScan(used_bytes=used_bytes(data_dir), free_bytes=free_bytes(data_dir))
+def scan_disk(data_dir: Path) -> DiskReading:
+    """Read the data directory's usage and its file system's space (blocking)."""
+    free, total = file_system_space(data_dir)
+    return DiskReading(used_bytes=used_bytes(data_dir), free_bytes=free, total_bytes=total)
 
 
 def used_bytes(data_dir: Path) -> int:
@@ -70,10 +56,11 @@ def used_bytes(data_dir: Path) -> int:
     return used
 
 
-def free_bytes(data_dir: Path) -> int:
-    """Bytes free on ``data_dir``'s file system for an unprivileged writer (blocking)."""
+def file_system_space(data_dir: Path) -> tuple[int, int]:
+    """Bytes free for an unprivileged writer on ``data_dir``'s file system, and its size
+    (blocking)."""
     stats = os.statvfs(data_dir)
-    return stats.f_bavail * stats.f_frsize
+    return stats.f_bavail * stats.f_frsize, stats.f_blocks * stats.f_frsize
 
 
 def next_walk_at(started_s: float, took_s: float) -> float:
@@ -83,69 +70,55 @@ def next_walk_at(started_s: float, took_s: float) -> float:
 
 
 class DiskGuard:
-    """Whether the node is full, from periodic scans and the bytes appended since.
+    """Takes readings of the data directory into ``usage`` (``broker.core.disk``).
 
     Args:
         data_dir: The node's data directory.
-        budget_bytes: Most bytes the directory may hold; 0 for no budget.
+        budget_bytes: ``limits.disk_budget_bytes`` (None: leave 5% of the file system free).
         free_min_bytes: Free space to leave on the file system.
     """
 
-    def __init__(self, data_dir: Path, *, budget_bytes: int, free_min_bytes: int) -> None:
+    def __init__(self, data_dir: Path, *, budget_bytes: int | None, free_min_bytes: int) -> None:
         self.data_dir = data_dir
-        self.budget_bytes = budget_bytes
-        self.free_min_bytes = free_min_bytes
-        self.scan = DiskScan(used_bytes=0, free_bytes=free_min_bytes + 1)
-        self.appended_since_walk = 0
-        self.appended_since_statvfs = 0
-
-    def note_appended(self, size: int) -> None:
-        self.appended_since_walk += size
-        self.appended_since_statvfs += size
-
-    @property
-    def used_bytes(self) -> int:
-        return self.scan.used_bytes + self.appended_since_walk
-
-    @property
-    def free_bytes(self) -> int:
-        return max(0, self.scan.free_bytes - self.appended_since_statvfs)
-
-    @property
-    def full_reason(self) -> str | None:
-        """Why the node is full, or None when it has room."""
-        used, budget = self.used_bytes, self.budget_bytes
-        if budget and used > budget:
-            return f"the data directory holds {used:,} bytes, over its budget of {budget:,}"
-        free, free_min = self.free_bytes, self.free_min_bytes
-        if free < free_min:
-            return f"{free:,} bytes free on its file system, below the {free_min:,} kept free"
-        return None
+        self.usage = DiskUsage(DiskLimits(budget_bytes, free_min_bytes))
+        self._was_full = False
+        self.bytes_deleted = 0
+        """Bytes of the segment logs partitions deleted since the node started (retention,
+        DELETE_SEGMENTS, purges), groups deleted since included."""
+        self.segments_deleted = 0
 
     @property
     def full(self) -> bool:
-        return self.full_reason is not None
+        return self.usage.full
 
-    def update(self, scan: DiskScan) -> None:
+    def note_appended(self, size: int) -> None:
+        self.usage.note_appended(size)
+
+    def note_deleted(self, size: int, segments: int) -> None:
+        """``segments`` segments of ``size`` bytes were deleted: room again at once, if
+        that was all."""
+        self.bytes_deleted += size
+        self.segments_deleted += segments
+        self.usage.note_deleted(size)
+        self._log_change()
+
+    def update(self, reading: DiskReading) -> None:
         """Take a new walk and free-space reading."""
-        self._take(scan, walked=True)
+        self.usage.walked(reading)
+        self._log_change()
 
-    def update_free(self, free: int) -> None:
-        """Take a new free-space reading; the usage stays the last walk's, plus appends."""
-        self._take(DiskScan(self.scan.used_bytes, free), walked=False)
+    def update_free(self, free: int, total: int) -> None:
+        """Take a new free-space reading."""
+        self.usage.read_free(free, total)
+        self._log_change()
 
-    def _take(self, scan: DiskScan, *, walked: bool) -> None:
-        """Log when the node becomes full or has room again."""
-        was_full = self.full
-        self.scan = scan
-        if walked:
-            self.appended_since_walk = 0
-        self.appended_since_statvfs = 0
-        reason = self.full_reason
-        if reason is not None and not was_full:
+    def _log_change(self) -> None:
+        reason = self.usage.full_reason
+        if reason is not None and not self._was_full:
             log.warning("disk full: %s; refusing new messages until there is room", reason)
-        elif reason is None and was_full:
+        elif reason is None and self._was_full:
             log.info("disk has room again: taking new messages")
+        self._was_full = reason is not None
 
     async def run(self) -> None:
         """Read forever (cancel to stop). A reading that fails keeps the last one."""
@@ -154,12 +127,12 @@ class DiskGuard:
             now = trio.current_time()
             try:
                 if now >= walk_at:
-                    scan = await trio.to_thread.run_sync(scan_disk, self.data_dir)
+                    reading = await trio.to_thread.run_sync(scan_disk, self.data_dir)
                     walk_at = next_walk_at(now, trio.current_time() - now)
-                    self.update(scan)
+                    self.update(reading)
                 else:
-                    free = await trio.to_thread.run_sync(free_bytes, self.data_dir)
-                    self.update_free(free)
+                    space = await trio.to_thread.run_sync(file_system_space, self.data_dir)
+                    self.update_free(*space)
             except OSError as error:
                 walk_at = now + DISK_SCAN_INTERVAL_S
                 log.warning("cannot read the disk usage of %s: %s", self.data_dir, error)

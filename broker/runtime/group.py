@@ -288,7 +288,8 @@ class GroupHost:
         assert (kind is GroupKind.PARTITION) == (partition is not None)
         self.disk = disk
         """The node's disk guard: while it says full, a partition group takes no new
-        messages as primary and drops prepares as backup (``broker.runtime.disk``)."""
+        messages as primary; as backup it drops message prepares only on a nearly
+        exhausted file system (``broker.core.disk``, invariant 3)."""
         self._flusher = flusher
         """The node's flusher: syncs of groups busy at once share one flush
         (``broker.runtime.flush``); without it the group syncs its own files."""
@@ -360,7 +361,7 @@ class GroupHost:
         if len(self._inbox) >= INBOX_EVENTS_MAX or self.replica is None:
             self.counters.messages_dropped += 1
             return
-        if isinstance(message, Prepare | RepairPrepare) and self._disk_full():
+        if isinstance(message, Prepare | RepairPrepare) and self._drops(message):
             # No room for its body: as if lost on the way; repaired once there is room.
             self.counters.disk_full_refusals += 1
             return
@@ -382,6 +383,14 @@ class GroupHost:
     async def wait_applied(self, op: int) -> None:
         """Wait until this replica has applied ``op`` (committed it locally)."""
         while self.replica is None or self.replica.commit_min < op:
+            await self._applied.wait()
+
+    async def wait_purged(self, generation: int) -> None:
+        """Wait until this partition replica has applied purge ``generation``."""
+        while (
+            self.partition_machine is None
+            or self.partition_machine.state.purge_generation < generation
+        ):
             await self._applied.wait()
 
     async def wait_readable(self, op: int) -> None:
@@ -759,7 +768,12 @@ class GroupHost:
         floor = min(retired_below, store.superblock.state.checkpoint + 1)
         if store.retain_due(floor):
             retain = partial(self._with_journal_busy, store.retain, floor)
-            await self._storage_action("retention", retain)
+            deleted = await self._storage_action("retention", retain)
+            self.counters.segments_deleted += len(deleted)
+            deleted_bytes = sum(segment.size_bytes for segment in deleted)
+            self.counters.bytes_deleted += deleted_bytes
+            if self.disk is not None:
+                self.disk.note_deleted(deleted_bytes, len(deleted))
         if not self._sync_in_flight and store.retain_waits_for_sync(floor):
             # The journal deletes only what it synced, and a replicated group's journal
             # is not synced as it appends: one sync lets the deletion go on (its
@@ -827,6 +841,15 @@ class GroupHost:
         """Whether this partition group must take no more message bytes for now (the
         metadata group's ops are small and keep logins and admin working)."""
         return self.kind is GroupKind.PARTITION and self.disk is not None and self.disk.full
+
+    def _drops(self, message: Prepare | RepairPrepare) -> bool:
+        """Whether this partition backup leaves a peer's prepare unwritten for want of
+        disk (``broker.core.disk``, invariant 3)."""
+        disk = self.disk
+        if self.kind is not GroupKind.PARTITION or disk is None:
+            return False
+        prepare = message if isinstance(message, Prepare) else message.prepare
+        return disk.usage.drops_prepare(prepare.header.operation)
 
     def _count_prepare(self, prepare: Prepare) -> None:
         counters = self.counters

@@ -96,6 +96,7 @@ from broker.core.handlers import (
     HashPassword,
     LoginsBusy,
     PasswordLogin,
+    PurgeApplied,
     ReadBarrier,
     Submit,
     VerifyPassword,
@@ -161,7 +162,12 @@ from broker.state.metadata_machine import (
     PartitionStats,
 )
 from broker.state.options import options_catalog
-from broker.state.partition_machine import purge_body, retain_body, store_offset_body
+from broker.state.partition_machine import (
+    CHECKPOINT_AFTER_OPERATIONS,
+    purge_body,
+    retain_body,
+    store_offset_body,
+)
 from broker.state.permissions import Action
 from broker.state.routing import PartitionRoute
 from consensus import Message, ReplicaConfig
@@ -296,8 +302,14 @@ class Node:
             segment_size_bytes=segment_size_bytes or self.config.segment_size_bytes,
             # A partition's log is its messages: a replica far behind repairs every op
             # rather than jump over them to a snapshot of offsets (ReplicaConfig docs).
+            # Its replicas checkpoint as a purge or retention commits, so the segments it
+            # retired are deleted at once (``CHECKPOINT_AFTER_OPERATIONS``).
             replica_config=ReplicaConfig(
-                clients_max=clients_max, state_transfer=kind is GroupKind.METADATA
+                clients_max=clients_max,
+                state_transfer=kind is GroupKind.METADATA,
+                checkpoint_after_operations=(
+                    CHECKPOINT_AFTER_OPERATIONS if kind is GroupKind.PARTITION else ()
+                ),
             ),
             send=self._send_to_replica,
             on_applied=self._on_applied,
@@ -739,9 +751,18 @@ class Node:
         report.node["uptime_s"] = uptime
         report.node["replica"] = self.replica_index
         report.node["replicas"] = self.replica_count
-        report.node["disk_used_bytes"] = self.disk.used_bytes
-        report.node["disk_free_bytes"] = self.disk.free_bytes
-        report.node["disk_full"] = self.disk.full
+        usage = self.disk.usage
+        report.node["disk_used_bytes"] = usage.used_bytes
+        report.node["disk_free_bytes"] = usage.free_bytes
+        report.node["disk_budget_bytes"] = usage.budget_bytes
+        report.node["disk_full"] = usage.full
+        report.node["bytes_retained"] = sum(
+            host.store.size_bytes()
+            for host in self.groups.values()
+            if host.partition is not None and host.store is not None and not host.journal_busy
+        )
+        report.node["bytes_deleted"] = self.disk.bytes_deleted
+        report.node["segments_deleted"] = self.disk.segments_deleted
         report.node["sync_scope"] = self.flusher.scope
         report.node["flushes"] = self.flusher.counters.rounds
         report.node["groups_flushed"] = self.flusher.counters.groups_flushed
@@ -888,6 +909,7 @@ class Node:
             Submit: self._do_submit,
             CatchUp: self._do_catch_up,
             ReadBarrier: self._do_read_barrier,
+            PurgeApplied: self._do_purge_applied,
             PasswordLogin: self._do_password_login,
             VerifyPassword: self._do_verify_password,
             HashPassword: self._do_hash_password,
@@ -911,6 +933,12 @@ class Node:
         host = self.groups.get(effect.group_id)
         if host is not None:
             await self._catch_up(host, effect.op)
+
+    async def _do_purge_applied(self, effect: PurgeApplied) -> None:
+        host = self.groups.get(effect.group_id)
+        if host is not None:
+            with trio.move_on_after(CATCH_UP_TIMEOUT_S):
+                await host.wait_purged(effect.generation)
 
     async def _do_read_barrier(self, effect: ReadBarrier) -> bool:
         host = self.groups.get(effect.group_id)
@@ -1154,7 +1182,7 @@ class Node:
         stats = self._stats_payload()
         return (
             f"data_dir: {self.config.data_dir}\n"
-            f"data_dir_used_bytes: {self.disk.used_bytes}\n"
+            f"data_dir_used_bytes: {self.disk.usage.used_bytes}\n"
             f"free_disk_space_bytes: {stats.free_disk_space}\n"
             f"total_disk_space_bytes: {stats.total_disk_space}\n"
         )

@@ -50,8 +50,14 @@ class GroupCounters:
     messages_dropped: int = 0
     """Peer messages dropped because the group's inbox was full or it was still opening."""
     disk_full_refusals: int = 0
-    """While the node's disk was full (``broker.runtime.disk``): new messages refused with
-    4010 as primary, and prepares from peers dropped as backup (partition groups only)."""
+    """While the node's disk was full (``broker.core.disk``): new messages refused with
+    4010 as primary, and, on a nearly exhausted file system, message prepares from peers
+    dropped as backup (partition groups only)."""
+    segments_deleted: int = 0
+    """Journal segments this node deleted because retention, DELETE_SEGMENTS or a purge
+    retired every record in them (partition groups only)."""
+    bytes_deleted: int = 0
+    """Bytes of those segments' logs (their small index files not counted)."""
 
     def derived(self, uptime_s: float) -> dict[str, float]:
         """Rates and ratios: per second of uptime and per prepare / per sync."""

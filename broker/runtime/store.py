@@ -346,14 +346,14 @@ class GroupStore:
         if not self._journal_reset_pending and op > self.journal.op_head > 0:
             self.journal.roll()
 
-    def retain(self, op: int) -> int:
+    def retain(self, op: int) -> list[SegmentInfo]:
         """Delete the journal's whole sealed segments below ``op`` (``Journal.retain``:
-        crash-safe, directory synced); returns how many went. Blocks on the disk; run only
-        when no sync is in flight."""
+        crash-safe, directory synced); returns the segments that went. Blocks on the disk;
+        run only when no sync is in flight."""
         deleted = self.journal.retain(op)
         for cached in [cached for cached in self._cache if cached < self.journal.op_min]:
             self._forget(cached)
-        return len(deleted)
+        return deleted
 
     def write_superblock(self, state: DurableState) -> None:
         """Persist the replica's durable state. Blocks on the disk."""

@@ -55,6 +55,12 @@ from sdk import wire
 from sdk.wire.batch import BATCH_HEADER, BATCH_HEADER_SIZE
 from sdk.wire.codes import Operation
 
+CHECKPOINT_AFTER_OPERATIONS: Final = (int(Operation.TRUNCATE_PARTITION),)
+"""A partition group's replicas checkpoint as each purge or retention commits
+(``ReplicaConfig.checkpoint_after_operations``): its host deletes the segments below the
+retained start only up to the durable checkpoint, so the space is freed at once, not up
+to a checkpoint interval of further ops later (never, on a node refusing new messages)."""
+
 
 class _LogView:
     """Adapts the consensus log (prepares) to :class:`broker.state.partition.PartitionLog`."""

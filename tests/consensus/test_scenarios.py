@@ -352,3 +352,30 @@ def test_a_replica_judges_requests_exactly_when_it_says_so(replica_count: int) -
     assert seen[0] > 0 and seen[1] > 0
     cluster.run_until(cluster.converged)
     cluster.check_safety()
+
+
+@pytest.mark.parametrize("replica_count", ALL_SIZES)
+def test_an_op_named_for_checkpoints_is_checkpointed_on_every_replica_as_it_commits(
+    replica_count: int,
+) -> None:
+    """checkpoint: an operation that lets the host delete records checkpoints at once."""
+    from dataclasses import replace
+
+    from tests.consensus.harness import TEST_CONFIG
+
+    deleting = OPERATION + 1
+    config = replace(
+        TEST_CONFIG, checkpoint_interval_ops=1000, checkpoint_after_operations=(deleting,)
+    )
+    cluster = Cluster(replica_count, seed=12, config=config)
+    _commit_requests(cluster, 1, range(1, 4))
+    cluster.run_until(cluster.converged)
+    assert all(node.checkpoint is None for node in cluster.nodes)  # none due yet
+    cluster.request(1, 4, operation=deleting)
+    cluster.run_until(lambda: cluster.committed(1, 4))
+    _commit_requests(cluster, 1, range(5, 7))
+    cluster.run_until(cluster.converged)
+    for node in cluster.nodes:
+        assert node.replica.checkpoint_op == 4
+        assert node.checkpoint is not None
+    cluster.check_safety()

@@ -41,9 +41,14 @@ def test_admin_commands_create_send_poll_and_report(node: NodeProcess) -> None:
     report = json.loads(invoke(node, "stats", "--json"))
     assert report["server"]["streams_count"] >= 1
     assert any(name.startswith("partition") for name in report["runtime"]["groups"])
-    assert report["runtime"]["node"]["disk_full"] is False
+    node_report = report["runtime"]["node"]
+    assert node_report["disk_full"] is False
+    # The default budget leaves 5% of the file system free: more than the node holds.
+    assert node_report["disk_budget_bytes"] > node_report["disk_used_bytes"]
+    assert node_report["bytes_retained"] > 0 and node_report["bytes_deleted"] == 0
     text = invoke(node, "stats")
-    assert "disk: data directory" in text
+    assert "disk: data directory" in text and ", budget " in text
+    assert "retention: " in text and " bytes deleted in 0 segments" in text
     scope = "filesystem" if syncfs_available() else "file"
     assert f"syncs: scope {scope}, 0 shared flushes" in text
     invoke(node, "topic", "delete", "cli", "t")

@@ -42,9 +42,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # af702117...: nodes answer requests with the runtime's own handling
 # (``broker.core.handlers``): requests travel as frames (a register as request 0),
 # requests and reads wait for a catch-up or a read barrier instead of being refused at
-# once, and a login of a user the node cannot register is an eviction.
+# once, and a login of a user the node cannot register is an eviction. af702117... ->
+# f05bdc55...: ``ReplicaConfig`` has ``checkpoint_after_operations`` (partition groups
+# checkpoint as a purge or retention commits), which shows in the options' repr.
 BASELINE_SEED = 5
-BASELINE_TRACE_HASH = "af70211707d60d43935d3f29a8761b2f"
+BASELINE_TRACE_HASH = "f05bdc5543fe585b2adc4bdb1faa4361"
 
 
 def _trace_of(seed: int, hash_seed: str) -> str:
