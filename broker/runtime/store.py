@@ -14,10 +14,11 @@ Layout of a group directory::
 
 Record format: a record body is the packed consensus prepare header (136 bytes, with its
 own BLAKE2b checksum and the hash chain) followed by the prepare body (a stamped batch or
-a CBOR command). The journal adds its own xxh3 record checksum around it. Journal
-"offsets" count ops here, one per record (``offset = op - 1``): a control op (a consumer
-offset store) carries no message, and the partition state machine keeps its own index
-from ops to message offsets, so the journal's offset space is the op space.
+a CBOR command). The journal adds its own xxh3 record checksum around it. In a partition
+group a record's offset, message count and timestamp are its batch's (a control op, such
+as a consumer offset store, holds no message), so the journal's index is the partition's
+index and its segments are named by message offsets; in the metadata group they count
+ops, one per record (``offset = op - 1``). See ``broker.state.records``.
 
 Invariants:
 
@@ -54,6 +55,8 @@ from typing import Final
 from broker.state.records import (
     append_prepare,
     durable_state,
+    op_fields,
+    partition_fields,
     prepare_of,
     restore_prepare,
     superblock_state,
@@ -175,6 +178,7 @@ class GroupStore:
         segment_size_bytes: int,
         keep_sealed_files_open: bool = False,
         created: bool | None = None,
+        partition: bool = False,
     ) -> None:
         """Open (and recover) the storage in ``path``; blocks on the disk.
 
@@ -186,6 +190,8 @@ class GroupStore:
             created: Whether this open formats the group; None: whether ``path`` is
                 missing. An earlier open of a new group that failed may have left the
                 directory behind without the group ever running: its retry says True.
+            partition: A partition group: records carry its messages' offsets
+                (``broker.state.records``, invariant 2); otherwise op numbers.
 
         Raises:
             JournalError: recovery found damage it cannot resolve.
@@ -197,6 +203,7 @@ class GroupStore:
         # replica that may have acknowledged prepares, even if its journal is now empty
         # (a torn first record) and it never wrote a superblock: it must recover.
         self.created = not path.exists() if created is None else created
+        self._fields = partition_fields if partition else op_fields
         self._journal_config = JournalConfig(
             segment_size_bytes_max=segment_size_bytes,
             keep_sealed_files_open=keep_sealed_files_open,
@@ -280,7 +287,7 @@ class GroupStore:
 
     def append(self, prepare: Prepare) -> None:
         """Write ``prepare`` after the head (page cache only; ``sync`` makes it durable)."""
-        self.bytes_appended += append_prepare(self.journal, prepare)
+        self.bytes_appended += append_prepare(self.journal, prepare, self._fields)
         self._remember(prepare)
 
     def sync(self) -> int:
@@ -322,7 +329,7 @@ class GroupStore:
     def repair(self, prepare: Prepare) -> None:
         """Make committed ``prepare`` durable again (``RepairJournal``; see
         ``broker.state.records.restore_prepare``). Blocks on the disk."""
-        restore_prepare(self.journal, prepare)
+        restore_prepare(self.journal, prepare, self._fields)
 
     def retain_due(self, op: int) -> bool:
         """Whether ``retain(op)`` would delete a segment now (cheap; any task)."""
