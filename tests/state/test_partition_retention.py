@@ -184,3 +184,52 @@ def test_retain_body_round_trips_through_the_partition_request() -> None:
     operation, body = g.primary.log.bodies[op]
     assert cbor2.loads(body)[2:] == ["retain", 2]
     assert frontier_after(operation, body).next_offset == 6  # a control op adds nothing
+
+
+def _every_poll(state: PartitionState) -> list[list[int]]:
+    """The offsets every kind of poll returns, from several starting points."""
+    return [
+        _offsets(state, kind, value, count)
+        for kind in PollingKind
+        for value in (0, 3, 5, 10**9)
+        for count in (1, 2, 100)
+    ]
+
+
+def _restarted(g: Group) -> PartitionState:
+    """The primary after a restart: its journal recovered from storage, its state from a
+    snapshot, with the journal's recovered index the only index it reads."""
+    snapshot = g.primary.state.snapshot()
+    g.primary.log.host.reopen()
+    return PartitionState.restore(snapshot, g.primary.log)
+
+
+def test_polls_read_the_journal_index_after_restart_retention_and_purge() -> None:
+    g = _filled()
+    g.submit(StoreConsumerOffset(ALICE, 2, READER))
+    g.submit(SendMessages(batch(b"m6", b"m7")))  # offsets 6-7, after a record of none
+    live = _every_poll(g.primary.state)
+    assert _restarted(g).snapshot() == g.primary.state.snapshot()
+    assert _every_poll(_restarted(g)) == live
+    # Retention: the retained start moves, the host deletes the sealed segments below
+    # the floor, and a restart finds the same answers in what is left.
+    g.submit(RetainPartition(4))
+    retained = _every_poll(g.primary.state)
+    assert min(offset for polled in retained for offset in polled) == 4
+    floor = g.primary.state.retention_floor_op()
+    assert g.primary.log.host.retain(floor) == floor - 1
+    assert _every_poll(g.primary.state) == retained
+    restarted = _restarted(g)
+    assert _every_poll(restarted) == retained
+    assert (restarted.first_offset, restarted.retained_messages) == (4, 4)
+    assert restarted.retained_bytes == g.primary.state.retained_bytes > 0
+    # Purge: nothing is retained, on the live state and after a restart; later batches
+    # continue the offsets and are polled from the same index.
+    g.submit(PurgePartition(1))
+    assert all(polled == [] for polled in _every_poll(g.primary.state))
+    restarted = _restarted(g)
+    assert all(polled == [] for polled in _every_poll(restarted))
+    assert (restarted.retained_messages, restarted.retained_bytes) == (0, 0)
+    assert g.submit(SendMessages(batch(b"m8"))) == Appended(8, 1)
+    assert _offsets(g.primary.state, PollingKind.OFFSET, 0) == [8]
+    assert _offsets(_restarted(g), PollingKind.TIMESTAMP, 0) == [8]
