@@ -11,6 +11,8 @@ Layout of a group directory::
     <group dir>/checkpoint-<op>.bin     snapshots of WriteCheckpoint, newest two kept
     <group dir>/journal/<offset>.log    segment journal: one record per op
     <group dir>/journal/<offset>.index
+    <group dir>/journal-format          a partition group's: its records carry message
+                                        offsets (``PARTITION_JOURNAL_FORMAT``)
 
 Record format: a record body is the packed consensus prepare header (136 bytes, with its
 own BLAKE2b checksum and the hash chain) followed by the prepare body (a stamped batch or
@@ -80,6 +82,11 @@ CACHE_PREPARES_MAX: Final = 64
 """Newest prepares kept in memory per group (the pipeline plus tail reads)."""
 CACHE_BYTES_MAX: Final = 16 * 1024 * 1024
 """Bytes of prepare bodies kept in memory per group."""
+PARTITION_JOURNAL_FORMAT_NAME: Final = "journal-format"
+PARTITION_JOURNAL_FORMAT: Final = b"partition records carry message offsets\n"
+"""What a partition group's ``journal-format`` file holds. A partition journal without it
+was written when partition records counted ops, not messages: its offsets mean something
+else, so it is refused rather than read wrong (there is no conversion)."""
 CHECKPOINTS_KEPT: Final = 2
 """Checkpoint files kept: the newest, and the one the superblock may still name."""
 
@@ -217,6 +224,8 @@ class GroupStore:
             self.journal = Journal.open(journal_storage, self._journal_config)
             undo.callback(self.journal.close)
             self.superblock = Superblock.open(self._group_storage)
+            if partition:
+                self._check_format()
             undo.pop_all()
         self._cache: OrderedDict[int, Prepare] = OrderedDict()
         self._cache_bytes = 0
@@ -226,6 +235,41 @@ class GroupStore:
         opened the new one yet: the checkpoint write that needs it is retried."""
         # Bytes written to the journal since open (for statistics).
         self.bytes_appended = 0
+
+    def _check_format(self) -> None:
+        """Make sure a partition journal's records carry message offsets: write the format
+        file in a group that holds nothing yet (formatted now, or whose formatting a crash
+        cut short), refuse one that holds data without it. Blocks on the disk.
+
+        Raises:
+            JournalError: the journal was written by an older version.
+        """
+        storage = self._group_storage
+        held: bytes | None = None
+        if PARTITION_JOURNAL_FORMAT_NAME in storage.names():
+            file = storage.open(PARTITION_JOURNAL_FORMAT_NAME)
+            try:
+                held = file.read(0, len(PARTITION_JOURNAL_FORMAT) + 1)
+            finally:
+                file.close()
+            if held == PARTITION_JOURNAL_FORMAT:
+                return
+        empty = self.created or (self.journal.op_head == 0 and self.superblock.sequence == 0)
+        if not empty:
+            what = "no format file" if held is None else f"format {held!r}"
+            raise JournalError(
+                f"{self.path}: a partition journal with {what}, written by an older version "
+                "(its records count ops, not messages): this version cannot read it"
+            )
+        if held is not None:
+            storage.remove(PARTITION_JOURNAL_FORMAT_NAME)  # a crash cut its writing short
+        file = storage.create(PARTITION_JOURNAL_FORMAT_NAME)
+        try:
+            file.write(0, [PARTITION_JOURNAL_FORMAT])
+            file.sync()
+        finally:
+            file.close()
+        storage.sync_directory()
 
     @property
     def broken(self) -> str | None:
