@@ -7,13 +7,18 @@ commit point. The metadata group stores its CBOR ops the same way (one message p
 Invariants:
 
 1. Ops are contiguous from ``op_min`` to ``op_head``; message offsets are contiguous from
-   ``offset_min`` to ``offset_next``; every record holds at least one message. An empty
-   journal has ``op_head == 0`` and accepts any first op >= 1 and any first offset.
+   ``offset_min`` to ``offset_next``. A record holds zero or more messages (a partition's
+   control ops, such as a consumer offset store, hold none), so the offsets of records
+   are non-decreasing. An empty journal has ``op_head == 0`` and accepts any first op >= 1
+   and any first offset.
 2. ``op_durable <= op_head``. Every record up to ``op_durable`` is on disk and survives a
    crash, as are the names of the segments holding them. Opening a journal makes
    everything it kept durable, so right after ``open`` ``op_durable == op_head``.
 3. Only the last segment is appended to; it is sealed (a new one started) once it holds
-   ``segment_size_bytes_max`` bytes, so a segment exceeds that by less than one record.
+   ``segment_size_bytes_max`` bytes, so a segment exceeds that by less than one record, and
+   once it holds a message: a segment is named by its first offset, so every sealed segment
+   holds at least one message and names never repeat (a run of records of no message
+   stays in the active segment until a message follows it).
 4. The durable records always form a prefix of the journal: ``sync`` covers every op up to
    its target in every segment, ``truncate`` syncs what it keeps before it cuts, and
    nothing else makes a record durable (``repair`` only restores a record in place).
@@ -107,7 +112,7 @@ from journal.record import (
     header_in_range,
     parse_header,
 )
-from journal.recovery import FaultyRegion, RecoveryReport, recover
+from journal.recovery import FaultyRegion, RecoveryReport, placeholder_offset, recover
 from journal.retained import RetainedStart, remove_retained, write_retained
 from journal.segment import INDEX_SUFFIX, LOG_SUFFIX, Segment, segment_stem
 from journal.storage_api import Storage, StorageFile
@@ -392,10 +397,9 @@ class Journal:
             body_prefix=body_prefix,
         )
         segment = self._segments[-1] if self._segments else None
-        if (
-            segment is None
-            or self._roll_requested
-            or segment.size_bytes >= self._config.segment_size_bytes_max
+        if segment is None or (
+            (self._roll_requested or segment.size_bytes >= self._config.segment_size_bytes_max)
+            and offset > segment.offset_base  # it holds a message (invariant 3)
         ):
             segment = self._roll(op, offset)
         log, index = segment.log, segment.index
@@ -426,9 +430,10 @@ class Journal:
         return header
 
     def roll(self) -> None:
-        """Seals the active segment: the next append starts a new one."""
+        """Seals the active segment: the next append starts a new one. A segment that holds
+        no message yet is not sealed (invariant 3): its records stay where they are."""
         self._check_writable()
-        self._roll_requested = bool(self._segments)
+        self._roll_requested = bool(self._segments) and self._segments[-1].message_total > 0
 
     def _roll(self, op: int, offset: int) -> Segment:
         """Starts a new segment at ``op``; a failure to create its files changes nothing
@@ -715,7 +720,8 @@ class Journal:
                 region.open_end or header.size == region_size
             )
         else:
-            fits = header.offset_next + rest <= region.offset_end and (
+            # The rest may hold no message, but each of them takes a header at least.
+            fits = header.offset_next <= region.offset_end and (
                 region.open_end or header.size + rest * RECORD_HEADER_SIZE <= region_size
             )
         if not fits:
@@ -757,7 +763,7 @@ class Journal:
             after.sort(key=lambda r: r.op_first)
             for i in range(rest):
                 segment.positions[slot + 1 + i] = shrunk.position_start
-                segment.offsets[slot + 1 + i] = shrunk.offset_first + i
+                segment.offsets[slot + 1 + i] = placeholder_offset(shrunk, i)
             if region.open_end:
                 segment.size_bytes = shrunk.position_end
         elif region.open_end:
@@ -1046,6 +1052,38 @@ class Journal:
         assert slot < segment.record_count
         return segment.op_base + slot
 
+    def record_offset(self, op: int) -> int:
+        """The offset of the record of ``op``: its first message's, or for a record of no
+        message the offset of the next message appended after it. From the index, O(log
+        segments).
+
+        Raises:
+            OpNotRetained: ``op < op_min``.
+            OpBeyondHead: ``op > op_head``.
+        """
+        segment = self._segments[self._segment_index_checked(op)]
+        return segment.offsets[segment.slot(op)]
+
+    def size_between(self, op_first: int, op_last: int) -> int:
+        """Bytes the records of ops ``op_first..op_last`` take in their segments (headers
+        included); 0 when the range is empty. From the index, O(segments spanned).
+
+        Raises:
+            OpNotRetained: ``op_first < op_min``.
+            OpBeyondHead: ``op_last > op_head``.
+        """
+        if op_last < op_first:
+            return 0
+        k_first = self._segment_index_checked(op_first)
+        k_last = self._segment_index_checked(op_last)
+        total = 0
+        for k in range(k_first, k_last + 1):
+            segment = self._segments[k]
+            start = segment.positions[segment.slot(op_first)] if k == k_first else 0
+            slot_last = segment.slot(op_last) if k == k_last else segment.record_count - 1
+            total += segment.extent(slot_last)[1] - start
+        return total
+
     def _read_slots(self, segment: Segment, slot_first: int, slot_end: int) -> list[Record]:
         """Reads slots ``[slot_first, slot_end)``, checked; stops at a damaged one.
 
@@ -1239,6 +1277,7 @@ class Journal:
             assert segment.log is not None or segment.index is not None
         for before, after in pairwise(self._segments):
             assert before.record_count >= 1
+            assert before.message_total >= 1, before.stem  # sealed (invariant 3)
             assert after.op_base == before.op_last + 1
             assert after.offset_base == before.offset_next
         assert len(self._timestamps_max) == len(self._segments)

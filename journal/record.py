@@ -16,15 +16,16 @@ Layout (little-endian; ``RECORD_HEADER_SIZE`` = 128, then ``body_size`` bytes of
         72    8 timestamp_us    primary-assigned timestamp, microseconds
         80    8 request         the client's request number
         88    4 body_size       bytes of body that follow the header
-        92    4 message_count   messages in the body, >= 1
+        92    4 message_count   messages in the body, >= 0 (0: a record of no message)
         96    2 format_version  RECORD_FORMAT_VERSION
         98   30 reserved        zero
 
 Invariants:
 
 1. A header is valid iff its checksum matches, its format version is known, its reserved
-   bytes are zero, ``body_size <= RECORD_BODY_SIZE_MAX``, ``op >= 1`` and
-   ``message_count >= 1``. Nothing else (no magic number) makes a header valid.
+   bytes are zero, ``body_size <= RECORD_BODY_SIZE_MAX`` and ``op >= 1``. Nothing else (no
+   magic number) makes a header valid. A record may hold no message (``message_count``
+   0): a partition's consumer offset store is an op of its log, but no message.
 2. ``checksum`` covers ``checksum_body``, so a valid header pins the exact body; a record
    is valid iff its header is valid and its body hashes to ``checksum_body``.
 3. Every record is checked whenever it is read back; the checksums are computed over the
@@ -116,7 +117,7 @@ class RecordHeader:
         client_id: The requesting client (u128).
         request: The client's request number.
         offset: Message offset of the first message in the body.
-        message_count: Messages in the body (>= 1).
+        message_count: Messages in the body (0 for a record of no message).
         timestamp_us: Primary-assigned timestamp in microseconds.
         body_size: Body length in bytes.
         checksum_body: xxh3-128 of the body.
@@ -181,7 +182,7 @@ def encode_header(
     assert 0 <= client_id <= U128_MAX
     assert 0 <= request <= U64_MAX
     assert 0 <= offset <= U64_MAX
-    assert 1 <= message_count <= 0xFFFF_FFFF
+    assert 0 <= message_count <= 0xFFFF_FFFF
     assert 0 <= timestamp_us <= U64_MAX
     body_size = _size(body_prefix) + _size(body)
     assert body_size <= RECORD_BODY_SIZE_MAX
@@ -261,7 +262,7 @@ def parse_header(buffer: Bytes, position: int) -> RecordHeader | None:
             return None
     if format_version != RECORD_FORMAT_VERSION:
         return None
-    if body_size > RECORD_BODY_SIZE_MAX or op == 0 or message_count == 0:
+    if body_size > RECORD_BODY_SIZE_MAX or op == 0:
         return None
     return RecordHeader(
         op=op,
@@ -285,7 +286,7 @@ def header_in_range(header: RecordHeader) -> bool:
         and 0 <= header.client_id <= U128_MAX
         and 0 <= header.request <= U64_MAX
         and 0 <= header.offset <= U64_MAX - 0xFFFF_FFFF
-        and 1 <= header.message_count <= 0xFFFF_FFFF
+        and 0 <= header.message_count <= 0xFFFF_FFFF
         and 0 <= header.timestamp_us <= U64_MAX
         and 0 <= header.body_size <= RECORD_BODY_SIZE_MAX
     )

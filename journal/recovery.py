@@ -84,6 +84,7 @@ __all__ = [
     "FaultyRegion",
     "Recovered",
     "RecoveryReport",
+    "placeholder_offset",
     "recover",
 ]
 
@@ -125,7 +126,7 @@ class FaultyRegion:
 
     def __post_init__(self) -> None:
         assert 1 <= self.op_first <= self.op_last
-        assert self.offset_end - self.offset_first >= self.op_last - self.op_first + 1
+        assert self.offset_end >= self.offset_first
         assert self.position_end - self.position_start >= 0
 
 
@@ -332,11 +333,13 @@ def _close_region(
 ) -> FaultyRegion | None:
     """Numbers a damaged region by the valid record after it and fills its slots.
 
-    Returns None if that record cannot follow the region (its op or offset leaves no room
-    for even one record in between): then the region is not bounded after all.
+    Returns None if that record cannot follow the region (its op leaves no room for even
+    one record in between, or its offset lies before the region's): then the region is not
+    bounded after all. (Records may hold no message, so the offsets only bound the
+    region's messages, not its records.)
     """
     count = header.op - pending.op_first
-    if count < 1 or header.offset - pending.offset_first < count:
+    if count < 1 or header.offset < pending.offset_first:
         return None
     region = FaultyRegion(
         op_first=pending.op_first,
@@ -351,14 +354,22 @@ def _close_region(
     old_entries = {entry.op: entry for entry in pending.plan.scan.entries}
     for i in range(count):
         op = region.op_first + i
-        # Placeholders: distinct offsets keep the offset column strictly increasing.
-        pending.plan.slots.append((region.position_start, region.offset_first + i, 0))
+        # Placeholders: one message per record while the region's messages last keeps the
+        # offset column as it was for a journal of one message per record; the offset
+        # column stays non-decreasing and within the region either way.
+        offset = placeholder_offset(region, i)
+        pending.plan.slots.append((region.position_start, offset, 0))
         pending.plan.entries.append(
-            old_entries.get(op, IndexEntry(op, region.offset_first + i, 0, region.position_start))
+            old_entries.get(op, IndexEntry(op, offset, 0, region.position_start))
         )
     pending.plan.size_bytes = position_end
     pending.plan.offset_next = region.offset_end
     return region
+
+
+def placeholder_offset(region: FaultyRegion, i: int) -> int:
+    """The offset the slot of op ``region.op_first + i`` holds while it is damaged."""
+    return min(region.offset_first + i, max(region.offset_first, region.offset_end - 1))
 
 
 def _stitch(scans: list[_Scan]) -> tuple[list[_Plan], list[FaultyRegion]]:

@@ -10,7 +10,9 @@ Invariants:
 
 1. Record ``i`` of a segment has op ``op_base + i``; ops and offsets are contiguous within and
    across segments: ``offsets[i + 1] == offsets[i] + message_count(i)`` and a segment's
-   ``offset_base`` is its first record's offset.
+   ``offset_base`` is its first record's offset. A record may hold no message, so
+   ``offsets`` is non-decreasing; the record holding message ``m`` is the last one whose
+   offset is at most ``m`` (records of no message before it share its offset).
 2. ``positions`` is non-decreasing and strictly increasing over valid records; record ``i``
    spans ``[positions[i], positions[i + 1])`` (the last one ends at ``size_bytes``).
 3. ``timestamps_max[i]`` is the largest timestamp of the segment's records up to and
@@ -147,7 +149,7 @@ class Segment:
     def add(self, *, position: int, offset: int, message_count: int, timestamp_us: int) -> None:
         """Appends the slot of one record that ends at ``size_bytes`` (already advanced)."""
         assert offset == self.offset_next
-        assert message_count >= 1
+        assert message_count >= 0
         assert position >= (self.positions[-1] if self.positions else 0)
         assert position <= self.size_bytes
         self.positions.append(position)
@@ -172,6 +174,11 @@ class Segment:
         slot = bisect_right(self.offsets, offset) - 1
         assert 0 <= slot < len(self.offsets)
         return slot
+
+    @property
+    def message_total(self) -> int:
+        """Messages in this segment (0: it holds only records of no message)."""
+        return self.offset_next - self.offset_base
 
     def find_timestamp(self, timestamp_us: int) -> int:
         """The first slot whose record is at or after ``timestamp_us`` (may be past the end)."""

@@ -11,9 +11,10 @@ Invariants:
 1. A journal record holds exactly one prepare: its packed 136-byte header followed by its
    body, so the journal stores each body once and ``read`` gives back the very prepare
    that was appended (or None when it is missing or damaged).
-2. Record offsets count ops: op ``k`` is at offset ``k - 1`` with one "message". The
-   journal only needs offsets to be dense; partition message offsets live inside the
-   stamped batches and are the state machine's business.
+2. A partition's records carry its messages' offsets, message counts and timestamps (a
+   control op holds no message), so the journal's index is the partition's index; the
+   metadata group's count ops: op ``k`` is at offset ``k - 1`` with one "message"
+   (``broker.state.records``, invariant 2).
 3. Superblock and checkpoint writes are durable when the method returns (the host
    contract: a ``WriteSuperblock`` is durable before any later action runs).
 4. Everything here is a pure function of the calls made and the storage's PRNG.
@@ -32,8 +33,11 @@ from collections.abc import Sequence
 from typing import Final
 
 from broker.state.records import (
+    MessageFields,
     append_prepare,
     durable_state,
+    op_fields,
+    partition_fields,
     prepare_of,
     restore_prepare,
     superblock_state,
@@ -52,19 +56,28 @@ from journal import (
 
 CHECKPOINT_NAME: Final = "checkpoint"
 CHECKPOINT_TEMPORARY_NAME: Final = "checkpoint.tmp"
-#: Small segments, so runs roll segments and recovery walks several of them.
+#: Small segments, so runs roll segments and recovery walks several of them: the node-wide
+#: size, which a topic's own ``segment_size`` replaces for its partitions.
 SEGMENT_SIZE_BYTES: Final = 16 * 1024
 
 
 class Disk:
     """The durable state of one replica of one group, over one ``MemoryStorage``."""
 
-    def __init__(self, prng: random.Random, *, log_is_data: bool) -> None:
+    def __init__(
+        self,
+        prng: random.Random,
+        *,
+        log_is_data: bool,
+        segment_size_bytes: int = SEGMENT_SIZE_BYTES,
+    ) -> None:
         #: A partition's journal is its messages: it is never restarted empty (the replica
         #: backfills committed ops it lost instead); a metadata journal may be.
         self.log_is_data = log_is_data
+        self._fields: MessageFields = partition_fields if log_is_data else op_fields
+        self._config = JournalConfig(segment_size_bytes_max=segment_size_bytes)
         self.storage = MemoryStorage(prng)
-        self.journal = Journal.open(self.storage, _JOURNAL_CONFIG)
+        self.journal = Journal.open(self.storage, self._config)
         self.superblock = Superblock.open(self.storage)
 
     # Log protocol (what the replica reads) -----------------------------------------------
@@ -88,11 +101,11 @@ class Disk:
     # Host side (the replica's actions) ---------------------------------------------------
 
     def append(self, prepare: Prepare) -> None:
-        append_prepare(self.journal, prepare)
+        append_prepare(self.journal, prepare, self._fields)
 
     def repair(self, prepare: Prepare) -> None:
         """A ``RepairJournal`` (``broker.state.records.restore_prepare``)."""
-        restore_prepare(self.journal, prepare)
+        restore_prepare(self.journal, prepare, self._fields)
 
     def sync(self) -> int:
         """One group commit; the highest op now durable."""
@@ -149,7 +162,7 @@ class Disk:
 
     def reopen(self) -> tuple[DurableState, bytes | None]:
         """Recover after a crash: the superblock's state and the checkpoint snapshot."""
-        self.journal = Journal.open(self.storage, _JOURNAL_CONFIG)
+        self.journal = Journal.open(self.storage, self._config)
         self.superblock = Superblock.open(self.storage)
         state = self.superblock.state
         head = self.journal.op_head
@@ -192,6 +205,3 @@ class Disk:
         position = prng.randrange(size - length + 1)
         self.storage.corrupt(name, position, length)
         return f"{name}@{position}+{length}"
-
-
-_JOURNAL_CONFIG: Final = JournalConfig(segment_size_bytes_max=SEGMENT_SIZE_BYTES)

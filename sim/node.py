@@ -132,7 +132,7 @@ from journal import SegmentInfo
 from sdk import wire
 from sdk.wire import Command, EvictionReason
 from sdk.wire.codes import CommandCode, IggyErrorCode, Operation
-from sim.disk import Disk
+from sim.disk import SEGMENT_SIZE_BYTES, Disk
 from sim.network import (
     ClientReply,
     ClientRequest,
@@ -510,7 +510,10 @@ class Node:
         disk = self.disks.get(group)
         if disk is None:
             disk = Disk(
-                stream(self.options.seed, f"storage.{self.index}.{group}"), log_is_data=True
+                stream(self.options.seed, f"storage.{self.index}.{group}"),
+                log_is_data=True,
+                # The topic's own segment size, if it set one; else the node-wide one.
+                segment_size_bytes=ref.segment_size_bytes or SEGMENT_SIZE_BYTES,
             )
             self.disks[group] = disk
             durable, checkpoint = None, None
@@ -716,9 +719,6 @@ class Node:
             else:
                 assert isinstance(action, WriteCheckpoint)
                 disk.write_checkpoint(action.op, action.snapshot)
-        machine = host.machine.inner
-        if execution.rebuild_index and isinstance(machine, PartitionMachine):
-            machine.rebuild_index()  # the repaired messages can be polled again
 
     def _send_to_replica(self, group: int, replica: int, message: Message) -> None:
         frame = encode_message(message, sender=self.index)

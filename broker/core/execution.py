@@ -23,11 +23,7 @@ Invariants:
 3. ``written`` is the newest prepare appended by the step and not cut by a later
    truncation of the same step: the one whose ``PrepareWritten`` a host that writes in
    step order reports.
-4. ``rebuild_index`` holds when the step repaired a record and the journal is whole
-   again (``Replica.log_whole``), after every action of the step: the ops the replica
-   applied right after the last repair are appended by then, so the index reaches down
-   past them.
-5. Pure: no IO of its own, no clock; the host's callbacks are the only way out.
+4. Pure: no IO of its own, no clock; the host's callbacks are the only way out.
 """
 
 from __future__ import annotations
@@ -64,7 +60,7 @@ StorageWork = (
 class Execution:
     """One step's actions, carried out for one hosted group (see the module docstring)."""
 
-    __slots__ = ("_replica", "_requests", "_send", "repaired", "written")
+    __slots__ = ("_replica", "_requests", "_send", "written")
 
     def __init__(
         self,
@@ -76,7 +72,6 @@ class Execution:
         self._requests = requests
         self._send = send
         self.written: Prepare | None = None
-        self.repaired = False
 
     def run(self, actions: Sequence[Action]) -> Iterator[StorageWork]:
         """Carry out ``actions``; yield each piece of storage work for the host to perform
@@ -97,13 +92,6 @@ class Execution:
                     written = self.written
                     if written is not None and written.op > action.after_op:
                         self.written = None
-                elif isinstance(action, RepairJournal):
-                    self.repaired = True
-
-    @property
-    def rebuild_index(self) -> bool:
-        """Whether the partition's index must be rebuilt: a repair made the log whole."""
-        return self.repaired and self._replica.log_whole
 
     def written_event(self) -> PrepareWritten | None:
         """The ``PrepareWritten`` that reports the step's appends, if any is left."""

@@ -64,14 +64,15 @@ class SealedSegment:
 
 
 def sealed_segments(segments: Sequence[SegmentInfo], state: PartitionState) -> list[SealedSegment]:
-    """The sealed segments of a partition's journal (``Journal.segments()``, oldest first)
-    in message offsets, through the partition's committed batches. Segments holding ops
-    above the commit point are left out: their data is not committed, let alone expired."""
+    """The sealed segments of a partition's journal (``Journal.segments()``, oldest first);
+    its index holds message offsets, so a segment's end is the offset after its last
+    message (never below the retained start). Segments holding ops above the commit point
+    are left out: their data is not committed, let alone expired."""
     sealed: list[SealedSegment] = []
     for info in segments:
         if not info.sealed or info.op_last > state.commit_op:
             break
-        offset_next = state.offset_at_op(info.op_last + 1)
+        offset_next = max(info.offset_next, state.retained_start)
         sealed.append(SealedSegment(offset_next, info.timestamp_max_us, info.size_bytes))
     return sealed
 

@@ -92,7 +92,7 @@ from broker.runtime.disk import DiskGuard
 from broker.runtime.flush import Flusher
 from broker.runtime.stats import GroupCounters
 from broker.runtime.store import GroupStore, Recovered
-from broker.state.metadata_machine import MetadataMachine
+from broker.state.metadata_machine import MetadataMachine, PartitionStats
 from broker.state.partition_machine import PartitionMachine
 from consensus import (
     Action,
@@ -345,6 +345,9 @@ class GroupHost:
         self._sync_idle = trio.Event()
         self._sync_idle.set()
         self.journal_busy = False
+        #: The partition's statistics as last read from its journal's index, for a reader
+        #: that comes while the journal is busy (``Node.partition_stats``).
+        self.stats_seen = PartitionStats()
         self._journal_idle = trio.Event()
         self._journal_idle.set()
         self._commit_seen = 0
@@ -637,6 +640,7 @@ class GroupHost:
             segment_size_bytes=self._segment_size_bytes,
             keep_sealed_files_open=self.kind is GroupKind.METADATA,
             created=self._created,
+            partition=self.kind is GroupKind.PARTITION,
         )
 
     async def close(self) -> None:
@@ -748,8 +752,6 @@ class GroupHost:
                 )
                 await self._storage_action("checkpoint", checkpoint)
                 self.counters.checkpoints += 1
-        if execution.rebuild_index and self.partition_machine is not None:
-            self.partition_machine.rebuild_index()  # its repaired messages can be polled again
         if self.partition_machine is not None:
             await self._retain(store, self.partition_machine)
         return execution.written_event()

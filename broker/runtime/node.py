@@ -726,16 +726,22 @@ class Node:
         if host is None or host.partition_machine is None or host.store is None:
             return PartitionStats()
         state = host.partition_machine.state
-        busy = host.journal_busy
+        if host.journal_busy:
+            # A worker thread is rewriting the journal and its index: report what they said
+            # last (the offset is committed state, read as it is now).
+            seen = host.stats_seen
+            return dataclasses.replace(seen, current_offset=state.current_offset)
         # Sizes and counts of what a poll can still return, as Iggy reports them: a purge
         # or retention leaves only the retained messages counted, before the segment files
-        # of the retired ones are deleted.
-        return PartitionStats(
-            segments_count=1 if busy else max(1, host.store.segments_count()),
+        # of the retired ones are deleted. Read from the journal's index.
+        stats = PartitionStats(
+            segments_count=max(1, host.store.segments_count()),
             current_offset=state.current_offset,
             size_bytes=state.retained_bytes,
             messages_count=max(0, state.retained_messages),
         )
+        host.stats_seen = stats
+        return stats
 
     def partition_segments(self, group: CoreGroup) -> list[SegmentInfo] | None:
         """The journal segments of a partition group here, or None while its journal is

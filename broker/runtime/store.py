@@ -11,13 +11,16 @@ Layout of a group directory::
     <group dir>/checkpoint-<op>.bin     snapshots of WriteCheckpoint, newest two kept
     <group dir>/journal/<offset>.log    segment journal: one record per op
     <group dir>/journal/<offset>.index
+    <group dir>/journal-format          a partition group's: its records carry message
+                                        offsets (``PARTITION_JOURNAL_FORMAT``)
 
 Record format: a record body is the packed consensus prepare header (136 bytes, with its
 own BLAKE2b checksum and the hash chain) followed by the prepare body (a stamped batch or
-a CBOR command). The journal adds its own xxh3 record checksum around it. Journal
-"offsets" count ops here, one per record (``offset = op - 1``): a control op (a consumer
-offset store) carries no message, and the partition state machine keeps its own index
-from ops to message offsets, so the journal's offset space is the op space.
+a CBOR command). The journal adds its own xxh3 record checksum around it. In a partition
+group a record's offset, message count and timestamp are its batch's (a control op, such
+as a consumer offset store, holds no message), so the journal's index is the partition's
+index and its segments are named by message offsets; in the metadata group they count
+ops, one per record (``offset = op - 1``). See ``broker.state.records``.
 
 Invariants:
 
@@ -54,6 +57,8 @@ from typing import Final
 from broker.state.records import (
     append_prepare,
     durable_state,
+    op_fields,
+    partition_fields,
     prepare_of,
     restore_prepare,
     superblock_state,
@@ -77,6 +82,11 @@ CACHE_PREPARES_MAX: Final = 64
 """Newest prepares kept in memory per group (the pipeline plus tail reads)."""
 CACHE_BYTES_MAX: Final = 16 * 1024 * 1024
 """Bytes of prepare bodies kept in memory per group."""
+PARTITION_JOURNAL_FORMAT_NAME: Final = "journal-format"
+PARTITION_JOURNAL_FORMAT: Final = b"partition records carry message offsets\n"
+"""What a partition group's ``journal-format`` file holds. A partition journal without it
+was written when partition records counted ops, not messages: its offsets mean something
+else, so it is refused rather than read wrong (there is no conversion)."""
 CHECKPOINTS_KEPT: Final = 2
 """Checkpoint files kept: the newest, and the one the superblock may still name."""
 
@@ -175,6 +185,7 @@ class GroupStore:
         segment_size_bytes: int,
         keep_sealed_files_open: bool = False,
         created: bool | None = None,
+        partition: bool = False,
     ) -> None:
         """Open (and recover) the storage in ``path``; blocks on the disk.
 
@@ -186,6 +197,8 @@ class GroupStore:
             created: Whether this open formats the group; None: whether ``path`` is
                 missing. An earlier open of a new group that failed may have left the
                 directory behind without the group ever running: its retry says True.
+            partition: A partition group: records carry its messages' offsets
+                (``broker.state.records``, invariant 2); otherwise op numbers.
 
         Raises:
             JournalError: recovery found damage it cannot resolve.
@@ -197,6 +210,7 @@ class GroupStore:
         # replica that may have acknowledged prepares, even if its journal is now empty
         # (a torn first record) and it never wrote a superblock: it must recover.
         self.created = not path.exists() if created is None else created
+        self._fields = partition_fields if partition else op_fields
         self._journal_config = JournalConfig(
             segment_size_bytes_max=segment_size_bytes,
             keep_sealed_files_open=keep_sealed_files_open,
@@ -210,6 +224,8 @@ class GroupStore:
             self.journal = Journal.open(journal_storage, self._journal_config)
             undo.callback(self.journal.close)
             self.superblock = Superblock.open(self._group_storage)
+            if partition:
+                self._check_format()
             undo.pop_all()
         self._cache: OrderedDict[int, Prepare] = OrderedDict()
         self._cache_bytes = 0
@@ -219,6 +235,41 @@ class GroupStore:
         opened the new one yet: the checkpoint write that needs it is retried."""
         # Bytes written to the journal since open (for statistics).
         self.bytes_appended = 0
+
+    def _check_format(self) -> None:
+        """Make sure a partition journal's records carry message offsets: write the format
+        file in a group that holds nothing yet (formatted now, or whose formatting a crash
+        cut short), refuse one that holds data without it. Blocks on the disk.
+
+        Raises:
+            JournalError: the journal was written by an older version.
+        """
+        storage = self._group_storage
+        held: bytes | None = None
+        if PARTITION_JOURNAL_FORMAT_NAME in storage.names():
+            file = storage.open(PARTITION_JOURNAL_FORMAT_NAME)
+            try:
+                held = file.read(0, len(PARTITION_JOURNAL_FORMAT) + 1)
+            finally:
+                file.close()
+            if held == PARTITION_JOURNAL_FORMAT:
+                return
+        empty = self.created or (self.journal.op_head == 0 and self.superblock.sequence == 0)
+        if not empty:
+            what = "no format file" if held is None else f"format {held!r}"
+            raise JournalError(
+                f"{self.path}: a partition journal with {what}, written by an older version "
+                "(its records count ops, not messages): this version cannot read it"
+            )
+        if held is not None:
+            storage.remove(PARTITION_JOURNAL_FORMAT_NAME)  # a crash cut its writing short
+        file = storage.create(PARTITION_JOURNAL_FORMAT_NAME)
+        try:
+            file.write(0, [PARTITION_JOURNAL_FORMAT])
+            file.sync()
+        finally:
+            file.close()
+        storage.sync_directory()
 
     @property
     def broken(self) -> str | None:
@@ -280,7 +331,7 @@ class GroupStore:
 
     def append(self, prepare: Prepare) -> None:
         """Write ``prepare`` after the head (page cache only; ``sync`` makes it durable)."""
-        self.bytes_appended += append_prepare(self.journal, prepare)
+        self.bytes_appended += append_prepare(self.journal, prepare, self._fields)
         self._remember(prepare)
 
     def sync(self) -> int:
@@ -322,7 +373,7 @@ class GroupStore:
     def repair(self, prepare: Prepare) -> None:
         """Make committed ``prepare`` durable again (``RepairJournal``; see
         ``broker.state.records.restore_prepare``). Blocks on the disk."""
-        restore_prepare(self.journal, prepare)
+        restore_prepare(self.journal, prepare, self._fields)
 
     def retain_due(self, op: int) -> bool:
         """Whether ``retain(op)`` would delete a segment now (cheap; any task)."""

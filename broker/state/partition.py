@@ -52,14 +52,18 @@ Theory of operation:
   about uncommitted ops is cached here, so a view change that truncates and replaces the
   suffix needs no notification: the next prepare reads whatever the log now holds.
 - **Reads**: ``poll`` and ``consumer_offset`` answer from committed state; batches are read
-  back from the host's log by op (:class:`PartitionLog`). The committed batch index
-  (op, base offset, timestamp, size) is local, derived state: it holds the batches with a
-  message at or above the retained start, is rebuilt from the log after a restore, and is
-  not part of the snapshot.
+  back from the host's journal (:class:`PartitionLog`), whose index is the partition's only
+  index: every record of the log is stored with the offset of its first message (for a
+  control op, of the next message), its message count (0 for a control op) and its
+  timestamp (:func:`record_fields`), so a lookup by offset or by timestamp is a binary
+  search over the journal's in-memory index, and nothing about batches is kept here. The
+  journal's index is local, derived state: a restart recovers it with the journal, and it
+  is not part of the snapshot. Deleting a segment is one operation on that one index.
 - **Retention** is decided in the log, so every replica retains the same messages: the
   primary proposes ``RetainPartition(offset)`` (``broker.core.retention`` says which
-  offset) and applying it moves the retained start there. The bytes below go later and
-  locally: the host deletes the whole sealed journal segments below
+  offset) and applying it moves the retained start there: polls, stats and the floor
+  below read the journal's index from there on. The bytes below go later and locally: the
+  host deletes the whole sealed journal segments below
   :meth:`PartitionState.retention_floor_op` (``journal.Journal.retain``), never above its
   durable checkpoint, since a restart replays the ops after it. Stored consumer offsets
   below the retained start stay; a poll below it starts at it, as in Iggy.
@@ -82,9 +86,6 @@ Theory of operation:
 
 from __future__ import annotations
 
-from array import array
-from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Protocol, TypeAlias
@@ -282,11 +283,39 @@ class PollResult:
 
 
 class PartitionLog(Protocol):
-    """The partition's journal as this state machine reads it (the host writes it)."""
+    """The partition's journal as this state machine reads it (the host writes it): its
+    records by op, and its index (offset, message count, timestamp and size per record,
+    see :func:`record_fields`). Lookups are binary searches over the index in memory."""
 
     def read(self, op: int) -> tuple[int, Buffer]:
         """``(operation, body)`` of ``op``, committed or prepared; the caller only asks for
         ops the log holds (appended ones are readable at once, before they are written)."""
+        ...
+
+    def offset_min(self) -> int | None:
+        """The first message offset the journal still holds (None when it holds no record)."""
+        ...
+
+    def op_for_offset(self, offset: int) -> int | None:
+        """The op of the record holding message ``offset`` (None if the journal does not)."""
+        ...
+
+    def offset_for_timestamp(self, timestamp_us: int, op_max: int) -> int | None:
+        """The offset of the first record at or after ``timestamp_us`` (its first message, or
+        the next message for a control op), among the ops up to ``op_max``; None if none."""
+        ...
+
+    def size_from(self, offset: int, op_max: int) -> int:
+        """Bytes the journal records take from the one holding message ``offset`` through
+        op ``op_max`` (record headers and control ops included)."""
+        ...
+
+    def batches(self, offset: int, *, count_max: int, size_max: int, op_max: int) -> list[Buffer]:
+        """The stamped batches holding messages from ``offset`` on, in order, up to op
+        ``op_max``: the first holds ``offset`` (and may start before it); they stop once
+        ``count_max`` messages from ``offset`` are covered, or before ``size_max`` bytes
+        of records are passed (the first always comes), or at a damaged record. Control
+        ops are skipped. Bodies are views, not copies."""
         ...
 
 
@@ -300,6 +329,19 @@ def frontier_after(operation: int, body: Buffer) -> Frontier:
         return Frontier(header.base_offset + header.message_count, header.base_timestamp)
     head, _ = _decode_control(operation, body)
     return head
+
+
+def record_fields(operation: int, body: Buffer) -> tuple[int, int, int]:
+    """``(offset, message_count, timestamp_us)`` of the journal record storing a prepare of a
+    partition log: a batch's base offset, message count and base timestamp; for a control
+    op, the head it was prepared against (next offset, timestamp) and no message. So the
+    journal's offsets are the partition's message offsets, and its timestamps never go
+    back along the log (invariant 3), which a timestamp lookup relies on."""
+    if operation == Operation.SEND_MESSAGES:
+        header = _batch_header(body)
+        return header.base_offset, header.message_count, header.base_timestamp
+    head, _ = _decode_control(operation, body)
+    return head.next_offset, 0, head.timestamp_us
 
 
 def offset_before(operation: int, body: Buffer) -> int:
@@ -381,7 +423,7 @@ def operation_of(request: PartitionRequest) -> Operation:
 
 
 class PartitionState:
-    """One partition's replicated state plus its local committed-batch index."""
+    """One partition's replicated state; its index is its journal's (:class:`PartitionLog`)."""
 
     def __init__(self, stream_id: int, topic_id: int, partition_id: int, log: PartitionLog) -> None:
         assert 0 <= stream_id <= U32_MAX and 0 <= topic_id <= U32_MAX
@@ -401,13 +443,6 @@ class PartitionState:
         # Derived from ``_offsets``: how many stored offsets each user is charged (users
         # with none have no entry, so it holds at most one entry per stored offset).
         self._charged: dict[int, int] = {}
-        # Local state: the committed batches with a message at or above the retained start,
-        # and the sum of their sizes.
-        self._index_ops = array("Q")
-        self._index_offsets = array("Q")
-        self._index_timestamps = array("Q")
-        self._index_sizes = array("Q")
-        self._retained_bytes = 0
 
     # -- properties -----------------------------------------------------------------------
 
@@ -432,11 +467,10 @@ class PartitionState:
     @property
     def first_offset(self) -> int:
         """The oldest offset a poll can still return: the retained start, or the oldest
-        message the log still holds if that is later."""
-        first = self._visible_from
-        if self._index_offsets:
-            first = max(first, self._index_offsets[0])
-        return min(first, self._frontier.next_offset)
+        message the journal still holds if that is later (none: the head)."""
+        end = self._frontier.next_offset
+        held = self._log.offset_min()
+        return min(max(self._visible_from, end if held is None else held), end)
 
     @property
     def retained_start(self) -> int:
@@ -450,9 +484,14 @@ class PartitionState:
 
     @property
     def retained_bytes(self) -> int:
-        """Bytes of the committed batches holding a retained message (a batch that
-        straddles the retained start counts whole; 0 after a purge)."""
-        return self._retained_bytes
+        """Bytes of the journal records from the one holding the first retained message to
+        the commit point, as the journal's index sizes them (record headers and the control
+        ops among them included; a batch that straddles the retained start counts whole;
+        0 when no message is retained, as after a purge)."""
+        first = self.first_offset
+        if first >= self._frontier.next_offset:
+            return 0
+        return self._log.size_from(first, self._commit_op)
 
     def retention_floor_op(self) -> int:
         """The first op whose record a replica must keep for this partition's data: the
@@ -460,16 +499,12 @@ class PartitionState:
         none does. Every record below it holds only messages below the retained start, or
         a control op already in committed state. (The host also keeps every op after its
         durable checkpoint, which a restart replays.)"""
-        return self._index_ops[0] if self._index_ops else self._commit_op + 1
-
-    def offset_at_op(self, op: int) -> int:
-        """The first message offset at or after op ``op`` among the committed batches
-        indexed (the next offset when none is): where a journal segment starting at ``op``
-        starts in message offsets, for a retention decision (``broker.core.retention``)."""
-        slot = bisect_left(self._index_ops, op)
-        if slot == len(self._index_ops):
-            return self._frontier.next_offset
-        return max(self._index_offsets[slot], self._visible_from)
+        first = self.first_offset
+        if first >= self._frontier.next_offset:
+            return self._commit_op + 1
+        op = self._log.op_for_offset(first)
+        assert op is not None and op <= self._commit_op, "a retained message is in the log"
+        return op
 
     def head(self, op: int) -> Frontier:
         """The log head after ``op``: the commit point, or an uncommitted op in the log."""
@@ -567,11 +602,6 @@ class PartitionState:
             assert header.base_offset == before.next_offset, "stamp breaks dense offsets"
             assert header.base_timestamp >= before.timestamp_us, "timestamps went back"
             assert header.partition_id == self.partition_id
-            self._index_ops.append(op)
-            self._index_offsets.append(header.base_offset)
-            self._index_timestamps.append(header.base_timestamp)
-            self._index_sizes.append(len(body))
-            self._retained_bytes += len(body)
             self._frontier = Frontier(
                 header.base_offset + header.message_count, header.base_timestamp
             )
@@ -605,14 +635,11 @@ class PartitionState:
                     self._visible_from = before.next_offset
                     self._offsets.clear()
                     self._charged.clear()
-                    self._forget_index_below(before.next_offset)
             case RetainPartition(offset):
                 # Never back (a late or repeated proposal changes nothing) and never past
                 # the head: what was committed when it was prepared is all it can retire.
                 start = min(offset, before.next_offset)
-                if start > self._visible_from:
-                    self._visible_from = start
-                    self._forget_index_below(start)
+                self._visible_from = max(self._visible_from, start)
             case SendMessages():
                 raise AssertionError("batches are handled above")
         return Applied()
@@ -702,8 +729,8 @@ class PartitionState:
             case PollingKind.OFFSET:
                 start = value
             case PollingKind.TIMESTAMP:
-                found = bisect_left(self._index_timestamps, value)
-                start = end if found == len(self._index_offsets) else self._index_offsets[found]
+                found = self._log.offset_for_timestamp(value, self._commit_op)
+                start = end if found is None else min(found, end)
             case PollingKind.FIRST:
                 start = first
             case PollingKind.LAST:
@@ -719,81 +746,38 @@ class PartitionState:
 
     def _read_from(self, start: int, count: int) -> list[BatchSlice]:
         end = self._frontier.next_offset
-        if start >= end or not self._index_offsets:
-            return []
-        slot = bisect_right(self._index_offsets, start) - 1
-        assert slot >= 0, "start below the index"
         slices: list[BatchSlice] = []
         remaining = count
         size = 0
-        while remaining > 0 and slot < len(self._index_ops):
-            _, record = self._log.read(self._index_ops[slot])
-            piece = slice_batch(record, start, remaining)
-            slot += 1
-            if piece is None:
-                continue
-            if slices and size + piece.size > POLL_BYTES_MAX:
-                break
-            slices.append(piece)
-            size += piece.size
-            remaining -= piece.message_count
-            start = piece.last_offset + 1
+        while remaining > 0 and start < end:
+            batches = self._log.batches(
+                start,
+                count_max=remaining,
+                size_max=max(1, POLL_BYTES_MAX - size),
+                op_max=self._commit_op,
+            )
+            if not batches:
+                break  # a damaged record: what was read is the answer
+            before = start
+            for batch in batches:
+                piece = slice_batch(batch, start, remaining)
+                if piece is None:
+                    continue
+                if slices and size + piece.size > POLL_BYTES_MAX:
+                    return slices
+                slices.append(piece)
+                size += piece.size
+                remaining -= piece.message_count
+                start = piece.last_offset + 1
+                if remaining == 0:
+                    break
+            assert start > before, "the first batch read holds the offset asked for"
         return slices
-
-    # -- local index maintenance ----------------------------------------------------------
-
-    def indexed_op_min(self) -> int | None:
-        """The oldest op the local index holds (None when it holds none)."""
-        return self._index_ops[0] if self._index_ops else None
-
-    def index_older(self, batches: Sequence[tuple[int, int, Buffer]]) -> None:
-        """Add committed ops older than everything indexed, as ``(op, operation, body)``
-        in ascending op order: after a restore, the batches the log still holds below the
-        snapshot; after a repair of damaged committed records, the ones below the hole."""
-        first = self._index_ops[0] if self._index_ops else self._commit_op + 1
-        ops, offsets, timestamps, sizes = array("Q"), array("Q"), array("Q"), array("Q")
-        for op, operation, body in batches:
-            assert op < first and (not ops or op > ops[-1]), "older ops, ascending"
-            if operation != Operation.SEND_MESSAGES:
-                continue
-            header = _batch_header(body)
-            if header.base_offset + header.message_count <= self._visible_from:
-                continue
-            ops.append(op)
-            offsets.append(header.base_offset)
-            timestamps.append(header.base_timestamp)
-            sizes.append(len(body))
-        self._index_ops[0:0] = ops
-        self._index_offsets[0:0] = offsets
-        self._index_timestamps[0:0] = timestamps
-        self._index_sizes[0:0] = sizes
-        self._retained_bytes += sum(sizes)
-
-    def forget_before(self, op: int) -> None:
-        """Drop index entries of ops below ``op`` (their records are gone from the log)."""
-        self._forget_slots(bisect_left(self._index_ops, op))
-
-    def _forget_index_below(self, offset: int) -> None:
-        """Drop the batches whose messages all lie below ``offset``; one that straddles it
-        stays (its later messages are retained)."""
-        if offset >= self._frontier.next_offset:
-            self._forget_slots(len(self._index_ops))
-            return
-        # Offsets are dense, so batch ``i`` ends where batch ``i + 1`` starts.
-        self._forget_slots(max(0, bisect_right(self._index_offsets, offset) - 1))
-
-    def _forget_slots(self, keep: int) -> None:
-        self._retained_bytes -= sum(self._index_sizes[:keep])
-        del self._index_ops[:keep]
-        del self._index_offsets[:keep]
-        del self._index_timestamps[:keep]
-        del self._index_sizes[:keep]
-        assert self._retained_bytes >= 0
 
     # -- snapshot -------------------------------------------------------------------------
 
     def snapshot(self) -> bytes:
-        """The replicated state as canonical CBOR (the local index is not included)."""
+        """The replicated state as canonical CBOR (the journal's index is not included)."""
         return cbor2.dumps(
             {
                 "version": SNAPSHOT_VERSION,
@@ -813,8 +797,8 @@ class PartitionState:
 
     @classmethod
     def restore(cls, data: bytes, log: PartitionLog) -> PartitionState:
-        """Rebuild from :meth:`snapshot`; then feed committed batches to
-        :meth:`index_older` to serve polls of data older than the snapshot.
+        """Rebuild from :meth:`snapshot` over ``log``, whose index serves polls of the data
+        older than the snapshot that the log still holds.
 
         Raises:
             SnapshotError: the bytes are not a partition snapshot this version reads.

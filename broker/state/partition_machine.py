@@ -48,9 +48,10 @@ from broker.state.partition import (
     SendMessages,
     StoreConsumerOffset,
 )
+from broker.state.records import JournalHost, PartitionJournal
 from broker.state.routing import PartitionRoute
 from consensus.messages import Prepare
-from consensus.protocols import Log, Prepared, RequestRejected
+from consensus.protocols import Prepared, RequestRejected
 from sdk import wire
 from sdk.wire.batch import BATCH_HEADER, BATCH_HEADER_SIZE
 from sdk.wire.codes import Operation
@@ -60,18 +61,6 @@ CHECKPOINT_AFTER_OPERATIONS: Final = (int(Operation.TRUNCATE_PARTITION),)
 (``ReplicaConfig.checkpoint_after_operations``): its host deletes the segments below the
 retained start only up to the durable checkpoint, so the space is freed at once, not up
 to a checkpoint interval of further ops later (never, on a node refusing new messages)."""
-
-
-class _LogView:
-    """Adapts the consensus log (prepares) to :class:`broker.state.partition.PartitionLog`."""
-
-    def __init__(self, log: Log) -> None:
-        self._log = log
-
-    def read(self, op: int) -> tuple[int, Buffer]:
-        prepare = self._log.read(op)
-        assert prepare is not None, f"op {op} is not in the log"
-        return prepare.header.operation, prepare.body
 
 
 class PartitionMachine:
@@ -85,9 +74,10 @@ class PartitionMachine:
     or :func:`retain_body`.
     """
 
-    def __init__(self, stream_id: int, topic_id: int, partition_id: int, log: Log) -> None:
-        self._log = _LogView(log)
-        self._consensus_log = log
+    def __init__(self, stream_id: int, topic_id: int, partition_id: int, log: JournalHost) -> None:
+        """``log`` is the group's journal host (the runtime's ``GroupStore``, the
+        simulator's disk): the partition reads its records and its index."""
+        self._log = PartitionJournal(log)
         self.state = PartitionState(stream_id, topic_id, partition_id, self._log)
 
     # -- primary ---------------------------------------------------------------------------
@@ -140,20 +130,6 @@ class PartitionMachine:
             self.state.partition_id,
         ), "a snapshot of another partition"
         self.state = state
-        self.rebuild_index()
-
-    def rebuild_index(self) -> None:
-        """Index the committed batches the log holds below what is indexed, down to the
-        first record it cannot read: after a restore, and after damaged committed records
-        below the checkpoint were repaired from a peer (the ops above the hole are indexed
-        already; some may be applied but not yet on disk)."""
-        indexed = self.state.indexed_op_min()
-        op = self.state.commit_op if indexed is None else indexed - 1
-        ops: list[int] = []
-        while op >= 1 and self._consensus_log.read(op) is not None:
-            ops.append(op)
-            op -= 1
-        self.state.index_older([(op, *self._log.read(op)) for op in reversed(ops)])
 
     # -- reads -----------------------------------------------------------------------------
 

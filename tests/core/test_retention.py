@@ -7,8 +7,6 @@ mapping from journal segments to message offsets.
 
 from __future__ import annotations
 
-import random
-
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -31,9 +29,9 @@ from broker.state.metadata import (
     TopicOptionsPatch,
 )
 from broker.state.partition import PartitionState, RetainPartition, SendMessages
-from journal import Journal, JournalConfig, MemoryStorage
+from sdk.wire.batch import BATCH_HEADER
 from tests.state.helpers import driver_with_root
-from tests.state.partition_helpers import Group, batch
+from tests.state.partition_helpers import Group, MemoryLog, Replica, batch
 
 # Three sealed segments: offsets [0, 10), [10, 25), [25, 40); appended at 100, 200, 300 s.
 SEGMENTS = (
@@ -142,26 +140,13 @@ def test_decision_laws(
         assert budget is None or kept_bytes <= budget
 
 
-def test_sealed_segments_of_a_real_journal_map_ops_to_offsets() -> None:
-    """One record per op, as the hosts store prepares: segment boundaries in ops become
-    message offsets through the committed batches."""
-    journal = Journal.open(
-        MemoryStorage(random.Random(1)), JournalConfig(segment_size_bytes_max=600)
-    )
-    g = Group.of(1)
+def test_sealed_segments_of_a_real_journal_are_in_message_offsets() -> None:
+    """The partition's own journal, which the hosts fill one record per op: its index
+    holds message offsets and batch timestamps, so segment boundaries are offsets."""
+    g = Group([Replica(MemoryLog(segment_size_bytes=600))])
+    journal = g.primary.log.journal
     for op in range(1, 9):
         g.submit(SendMessages(batch(*[b"x"] * op)))  # op k holds k messages
-        _, body = g.primary.log.bodies[op]
-        journal.append(
-            body,
-            op=op,
-            view=1,
-            client_id=0,
-            request=0,
-            offset=op - 1,
-            message_count=1,
-            timestamp_us=op * 1_000_000,
-        )
     journal.sync()
     state: PartitionState = g.primary.state
     infos = journal.segments()
@@ -170,8 +155,10 @@ def test_sealed_segments_of_a_real_journal_map_ops_to_offsets() -> None:
     for info, segment in zip(infos, sealed, strict=False):
         # Batch k starts at offset k(k-1)/2: the next segment's first batch.
         next_op = info.op_last + 1
-        assert segment.offset_next == next_op * (next_op - 1) // 2
-        assert segment.timestamp_max_us == info.op_last * 1_000_000
+        assert segment.offset_next == info.offset_next == next_op * (next_op - 1) // 2
+        assert info.name == f"{info.offset_base:020}"
+        _, body = g.primary.log.read(info.op_last)
+        assert segment.timestamp_max_us == BATCH_HEADER.unpack_from(body, 0)[2]
     due = retention_due(
         state,
         infos,

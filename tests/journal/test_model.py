@@ -74,7 +74,7 @@ class JournalMachine(RuleBasedStateMachine):
         )
         self.journal = Journal.open(self.storage, self.config)
         for i, size in enumerate(sizes):
-            self.append([size], count=1 + i % 3, step_us=10, salt=i)
+            self.append([size], count=i % 3, step_us=10, salt=i)
             if i + 1 == synced:
                 self.sync()
 
@@ -100,7 +100,7 @@ class JournalMachine(RuleBasedStateMachine):
     @precondition(lambda self: len(self.records) < RECORDS_MAX)
     @rule(
         sizes=st.lists(st.integers(0, 400), min_size=1, max_size=4),
-        count=st.integers(1, 3),
+        count=st.integers(0, 3),
         step_us=st.integers(-30, 100),
         salt=st.integers(0, 255),
     )
@@ -259,6 +259,14 @@ class JournalMachine(RuleBasedStateMachine):
         timestamp_us = data.draw(st.integers(0, self.timestamp_us + 10), label="timestamp")
         expected = next((s.op for s in self.records if s.timestamp_us >= timestamp_us), None)
         assert self.journal.op_for_timestamp(timestamp_us) == expected
+        # The index's offset and sizes by op, records of no message included.
+        first_at = data.draw(st.integers(0, len(self.records) - 1), label="first")
+        last_at = data.draw(st.integers(first_at - 1, len(self.records) - 1), label="last")
+        spec = self.records[first_at]
+        assert self.journal.record_offset(spec.op) == spec.offset
+        span = self.records[first_at : last_at + 1]
+        expected_size = sum(RECORD_HEADER_SIZE + len(s.body) for s in span)
+        assert self.journal.size_between(spec.op, spec.op + len(span) - 1) == expected_size
 
     @precondition(lambda self: bool(self.records))
     @rule(data=st.data())

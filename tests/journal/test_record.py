@@ -46,7 +46,7 @@ header_fields = st.fixed_dictionaries(
         "client_id": st.integers(0, (1 << 128) - 1),
         "request": u64,
         "offset": st.integers(0, (1 << 63)),
-        "message_count": st.integers(1, (1 << 32) - 1),
+        "message_count": st.integers(0, (1 << 32) - 1),
         "timestamp_us": u64,
     }
 )
@@ -106,7 +106,8 @@ def test_record_header_out_of_range_fields_are_refused_for_repair() -> None:
     )
     assert header_in_range(header)
     assert not header_in_range(replace(header, op=0))
-    assert not header_in_range(replace(header, message_count=0))
+    assert header_in_range(replace(header, message_count=0))  # a record of no message
+    assert not header_in_range(replace(header, message_count=1 << 32))
     assert not header_in_range(replace(header, body_size=RECORD_BODY_SIZE_MAX + 1))
     assert not header_in_range(replace(header, client_id=1 << 128))
 

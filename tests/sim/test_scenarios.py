@@ -16,6 +16,7 @@ from broker.state.metadata import MetadataState
 from sdk import wire
 from sdk.wire.codes import CommandCode, IggyErrorCode
 from sim.client import Client, Role
+from sim.disk import SEGMENT_SIZE_BYTES
 from sim.node import STREAM_ID, TOPIC_ID
 from sim.world import World
 from tests.sim.scenario import (
@@ -33,6 +34,7 @@ from tests.sim.scenario import (
     run_for,
     run_until,
     send_payload,
+    settled,
     three_nodes,
     workload_topic_everywhere,
 )
@@ -226,3 +228,44 @@ def _status(status: int) -> str:
         return ErrorCode(status).name
     except ValueError:
         return str(status)
+
+
+def test_a_topics_own_segment_size_is_the_one_its_partitions_roll_at() -> None:
+    """segments: a topic created with its own ``segment_size`` has every replica's journal
+    roll at that size, and the workload's topic (none set) at the simulator's node-wide
+    size: about 36 kB sent stay in one 1 MiB segment, where 16 KiB ones would be three."""
+    world = three_nodes(quiet=True)
+    run_until(world, lambda: workload_topic_everywhere(world))
+    primary = primary_of(world, METADATA_GROUP)
+    probe = world.add_probe()
+    login(world, probe, primary)
+    created = call(world, probe, primary, CommandCode.CREATE_STREAM, create_stream("seg"))
+    assert created.status == 0, created
+    size = wire.OptionEntry.of("segment_size", 1 << 20, wire.HeaderKind.UINT64)
+    topic = wire.CreateTopic(wire.Identifier("seg"), 1, "t", (size,)).encode()
+    created = call(world, probe, primary, CommandCode.CREATE_TOPIC, topic)
+    assert created.status == 0, created
+    for _ in range(6):
+        sent = call(
+            world,
+            probe,
+            primary,
+            CommandCode.SEND_MESSAGES,
+            send_payload(probe, 0, 100, stream="seg"),
+        )
+        assert sent.status == 0, sent
+    node = world.nodes[primary]
+    state = node.metadata_state()
+    stream_id, topic_id = state.resolve_ids(wire.Identifier("seg").value, "t")
+    assert topic_id is not None
+    group = partition_group(world, stream_id, topic_id, 0)
+    workload = node.workload_group()
+    assert workload is not None
+    run_until(world, lambda: settled(world, group))
+    for each in world.nodes:
+        journal = each.disks[group].journal
+        assert journal.config.segment_size_bytes_max == 1 << 20
+        assert sum(info.size_bytes for info in journal.segments()) > 2 * SEGMENT_SIZE_BYTES
+        assert len(journal.segments()) == 1
+        workload_journal = each.disks[workload].journal
+        assert workload_journal.config.segment_size_bytes_max == SEGMENT_SIZE_BYTES

@@ -1,37 +1,108 @@
-"""A tiny consensus stand-in for partition tests: a log per replica, prepare, apply."""
+"""A tiny consensus stand-in for partition tests: a log per replica, prepare, apply.
+
+Each replica's log is a real journal (``journal.Journal`` over a ``MemoryStorage``) that
+stores prepares as the hosts do (``broker.state.records``), so the partition reads the
+journal's index exactly as on a node.
+"""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 
 from broker.state.partition import (
-    Buffer,
     PartitionRequest,
     PartitionResult,
     PartitionState,
     operation_of,
 )
+from broker.state.records import PartitionJournal, append_prepare, partition_fields, prepare_of
+from consensus.messages import CHECKSUM_SIZE, Prepare, make_prepare_header
+from journal import Journal, JournalConfig, JournalError, MemoryStorage
 from sdk.wire.batch import OutgoingMessage, build_batch, read_batch
 
 STREAM_ID, TOPIC_ID, PARTITION_ID = 3, 4, 5
+SEGMENT_SIZE_BYTES = 128
+"""The smallest segments: every record rolls one, so reads cross segments all the time."""
 
 
-class MemoryLog:
-    """Op-numbered bodies, as the host's journal would hold them."""
+class JournalLog:
+    """A partition group's journal host: prepares stored in a real journal, read back."""
 
-    def __init__(self) -> None:
-        self.bodies: dict[int, tuple[int, bytes]] = {}
+    def __init__(self, segment_size_bytes: int = SEGMENT_SIZE_BYTES) -> None:
+        self.storage = MemoryStorage(random.Random(0))
+        self.config = JournalConfig(segment_size_bytes_max=segment_size_bytes)
+        self.journal = Journal.open(self.storage, self.config)
 
-    def append(self, op: int, operation: int, body: bytes) -> None:
-        self.bodies[op] = (operation, body)
+    def read(self, op: int) -> Prepare | None:
+        journal = self.journal
+        if not journal.op_min <= op <= journal.op_head or op < 1:
+            return None
+        try:
+            return prepare_of(journal.read_record(op), op)
+        except JournalError:
+            return None
+
+    def op_max(self) -> int:
+        return self.journal.op_head
+
+    def append(self, prepare: Prepare) -> None:
+        append_prepare(self.journal, prepare, partition_fields)
 
     def truncate(self, op_max: int) -> None:
-        for op in sorted(self.bodies):
-            if op > op_max:
-                del self.bodies[op]
+        self.journal.truncate(max(op_max, self.journal.op_min - 1))
 
-    def read(self, op: int) -> tuple[int, Buffer]:
-        return self.bodies[op]
+    def retain(self, op: int) -> int:
+        """Delete the whole sealed segments below ``op`` (synced first, as a host does)."""
+        self.journal.sync()
+        return len(self.journal.retain(op))
+
+    def reopen(self) -> None:
+        """Open the journal again from its storage, as a restart does."""
+        self.journal.close()
+        self.journal = Journal.open(self.storage, self.config)
+
+
+class MemoryLog(PartitionJournal):
+    """A replica's log for :class:`PartitionState`: op-numbered bodies, as the host's
+    journal holds them (and ``bodies`` to look at them)."""
+
+    def __init__(self, segment_size_bytes: int = SEGMENT_SIZE_BYTES) -> None:
+        self.host = JournalLog(segment_size_bytes)
+        super().__init__(self.host)
+
+    @property
+    def journal(self) -> Journal:
+        return self.host.journal
+
+    @property
+    def bodies(self) -> dict[int, tuple[int, bytes]]:
+        """Every op the journal holds, as ``(operation, body)``."""
+        held: dict[int, tuple[int, bytes]] = {}
+        for op in range(max(1, self.journal.op_min), self.journal.op_head + 1):
+            prepare = self.host.read(op)
+            assert prepare is not None
+            held[op] = (prepare.header.operation, prepare.body)
+        return held
+
+    def append(self, op: int, operation: int, body: bytes) -> None:
+        header = make_prepare_header(
+            group=1,
+            view=0,
+            op=op,
+            commit=0,
+            parent=bytes(CHECKSUM_SIZE),
+            client_id=0,
+            session=0,
+            request=0,
+            operation=operation,
+            timestamp_us=0,
+            body=body,
+        )
+        self.host.append(Prepare(header, body))
+
+    def truncate(self, op_max: int) -> None:
+        self.host.truncate(op_max)
 
 
 @dataclass
@@ -46,7 +117,7 @@ class Replica:
 
     @property
     def head_op(self) -> int:
-        return max(self.log.bodies, default=self.state.commit_op)
+        return max(self.log.journal.op_head, self.state.commit_op)
 
 
 @dataclass
@@ -85,7 +156,7 @@ class Group:
             applied: list[PartitionResult] = []
             last = replica.head_op if op_max is None else op_max
             for op in range(replica.state.commit_op + 1, last + 1):
-                operation, body = replica.log.bodies[op]
+                operation, body = replica.log.read(op)
                 applied.append(replica.state.apply(op, operation, body))
             results.append(applied)
         return results

@@ -49,11 +49,11 @@ from broker.state.permissions import Permissions, StreamPermissions
 from broker.state.routing import PartitionRoute, route_offset, route_poll, route_send
 from consensus.messages import CHECKSUM_SIZE, Prepare, make_prepare_header
 from consensus.protocols import RequestRejected
-from consensus.testing import MemoryLog
 from sdk import wire
 from sdk.wire.batch import OutgoingMessage
 from sdk.wire.codes import CommandCode, Operation
 from tests.state.helpers import PASSWORD
+from tests.state.partition_helpers import JournalLog
 from tests.state.strategies import Step, steps
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "frames"
@@ -454,7 +454,7 @@ class PartitionHost:
     """One partition replica as consensus would drive it, with the prepare hook."""
 
     def __init__(self) -> None:
-        self.log = MemoryLog()
+        self.log = JournalLog()
         self.machine = PartitionMachine(1, 0, 1, self.log)
 
     def run(self, operation: int, body: bytes) -> bytes:
