@@ -42,6 +42,11 @@ class ClusterLayout:
     nodes: int
     base_port: int
     bus_base_port: int
+    http_base_port: int = 3000
+
+    @property
+    def http_addresses(self) -> list[str]:
+        return [f"127.0.0.1:{self.http_base_port + i}" for i in range(self.nodes)]
 
     @property
     def client_addresses(self) -> list[str]:
@@ -104,6 +109,10 @@ def start_node_process(
         ",".join(layout.bus_addresses),
         "--client-addresses",
         ",".join(layout.client_addresses),
+        "--http-address",
+        layout.http_addresses[index],
+        "--http-addresses",
+        ",".join(layout.http_addresses),
     ]
     if no_sync:
         command.append("--no-sync")
