@@ -1062,6 +1062,270 @@ async def delete_consumer_group(api: HttpApi, request: ApiRequest) -> ApiRespons
     return ApiResponse(204)
 
 
+# -- users, tokens, clients, options -------------------------------------------------------
+
+_TRANSPORTS: Final = {1: "tcp", 2: "quic", 3: "http", 4: "ws"}
+_USER_STATUS: Final = {status.name.lower(): status for status in wire.UserStatus}
+_GLOBAL_FIELDS: Final = (
+    "manage_servers",
+    "read_servers",
+    "manage_users",
+    "read_users",
+    "manage_streams",
+    "read_streams",
+    "manage_topics",
+    "read_topics",
+    "poll_messages",
+    "send_messages",
+)
+_STREAM_FIELDS: Final = (
+    "manage_stream",
+    "read_stream",
+    "manage_topics",
+    "read_topics",
+    "poll_messages",
+    "send_messages",
+)
+_TOPIC_FIELDS: Final = ("manage_topic", "read_topic", "poll_messages", "send_messages")
+
+
+def permissions_json(permissions: wire.Permissions | None) -> dict[str, Any] | None:
+    if permissions is None:
+        return None
+    streams: dict[str, Any] = {}
+    for stream in permissions.streams:
+        entry: dict[str, Any] = {name: getattr(stream, name) for name in _STREAM_FIELDS}
+        entry["topics"] = {
+            str(topic.topic_id): {name: getattr(topic, name) for name in _TOPIC_FIELDS}
+            for topic in stream.topics
+        } or None
+        streams[str(stream.stream_id)] = entry
+    return {
+        "global": {name: getattr(permissions.global_, name) for name in _GLOBAL_FIELDS},
+        "streams": streams or None,
+    }
+
+
+def _flags(data: Any, names: tuple[str, ...], what: str) -> dict[str, bool]:
+    if not isinstance(data, dict):
+        raise bad_request(f"{what} must be an object")
+    return {name: bool(_field(data, name, bool, False)) for name in names}
+
+
+def _numbered(data: Any, what: str) -> list[tuple[int, Any]]:
+    if data is None:
+        return []
+    if not isinstance(data, dict):
+        raise bad_request(f"{what} must be an object keyed by id")
+    entries = []
+    for key, value in data.items():
+        if not str(key).isdigit() or int(key) >= 1 << 32:
+            raise bad_request(f"{what} keys are u32 ids")
+        entries.append((int(key), value))
+    return sorted(entries, key=lambda entry: entry[0])
+
+
+def permissions_from_json(data: Any) -> wire.Permissions | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise bad_request("permissions must be an object")
+    global_ = wire.GlobalPermissions(**_flags(data.get("global", {}), _GLOBAL_FIELDS, "global"))
+    streams = []
+    for stream_id, stream in _numbered(data.get("streams"), "streams"):
+        topics = tuple(
+            wire.TopicPermissions(topic_id, **_flags(topic, _TOPIC_FIELDS, "a topic"))
+            for topic_id, topic in _numbered(
+                stream.get("topics") if isinstance(stream, dict) else None, "topics"
+            )
+        )
+        flags = _flags(stream, _STREAM_FIELDS, "a stream")
+        streams.append(wire.StreamPermissions(stream_id, **flags, topics=topics))
+    return wire.Permissions(global_, tuple(streams))
+
+
+def user_json(info: wire.UserInfo) -> dict[str, Any]:
+    return {
+        "id": info.id,
+        "created_at": info.created_at,
+        "status": info.status.name.lower(),
+        "username": info.username,
+    }
+
+
+def _status(data: Mapping[str, Any], default: wire.UserStatus | None) -> wire.UserStatus | None:
+    text = data.get("status")
+    if text is None:
+        return default
+    status = _USER_STATUS.get(str(text).lower())
+    if status is None:
+        raise bad_request(f"unknown user status {text!r}", int(IggyErrorCode.INVALID_USER_STATUS))
+    return status
+
+
+def _user_ref(request: ApiRequest) -> wire.UserRef:
+    return wire.UserRef(identifier(request.params["user_id"]))
+
+
+def _user_details(details: wire.UserDetails) -> dict[str, Any]:
+    body = user_json(details.user)
+    body["permissions"] = permissions_json(details.permissions)
+    return body
+
+
+async def get_users(api: HttpApi, request: ApiRequest) -> ApiResponse:
+    users = await api.call(request, CommandCode.GET_USERS, b"")
+    assert isinstance(users, wire.Users)
+    return ApiResponse(200, [user_json(user) for user in users.users])
+
+
+async def get_user(api: HttpApi, request: ApiRequest) -> ApiResponse:
+    details = await api.call(request, CommandCode.GET_USER, _user_ref(request).encode())
+    if details is None:
+        raise not_found("user not found")
+    assert isinstance(details, wire.UserDetails)
+    return ApiResponse(200, _user_details(details))
+
+
+async def create_user(api: HttpApi, request: ApiRequest) -> ApiResponse:
+    data = request.json()
+    payload = wire.CreateUser(
+        username=_field(data, "username", str),
+        password=_field(data, "password", str),
+        status=_status(data, wire.UserStatus.ACTIVE) or wire.UserStatus.ACTIVE,
+        permissions=permissions_from_json(data.get("permissions")),
+        options=_options(data),
+    )
+    details = await api.call(request, CommandCode.CREATE_USER, _encode(payload))
+    assert isinstance(details, wire.UserDetails)
+    return ApiResponse(201, _user_details(details))
+
+
+async def update_user(api: HttpApi, request: ApiRequest) -> ApiResponse:
+    data = request.json()
+    payload = wire.UpdateUser(
+        _user_ref(request).user_id,
+        _field(data, "username", str, None),
+        _status(data, None),
+        _options(data),
+    )
+    await api.call(request, CommandCode.UPDATE_USER, _encode(payload))
+    return ApiResponse(204)
+
+
+async def delete_user(api: HttpApi, request: ApiRequest) -> ApiResponse:
+    await api.call(request, CommandCode.DELETE_USER, _user_ref(request).encode())
+    return ApiResponse(204)
+
+
+async def change_password(api: HttpApi, request: ApiRequest) -> ApiResponse:
+    data = request.json()
+    payload = wire.ChangePassword(
+        _user_ref(request).user_id,
+        _field(data, "current_password", str),
+        _field(data, "new_password", str),
+    )
+    await api.call(request, CommandCode.CHANGE_PASSWORD, _encode(payload))
+    return ApiResponse(204)
+
+
+async def update_permissions(api: HttpApi, request: ApiRequest) -> ApiResponse:
+    data = request.json()
+    payload = wire.UpdatePermissions(
+        _user_ref(request).user_id, permissions_from_json(data.get("permissions"))
+    )
+    await api.call(request, CommandCode.UPDATE_PERMISSIONS, _encode(payload))
+    return ApiResponse(204)
+
+
+async def get_tokens(api: HttpApi, request: ApiRequest) -> ApiResponse:
+    tokens = await api.call(request, CommandCode.GET_PERSONAL_ACCESS_TOKENS, b"")
+    assert isinstance(tokens, wire.PersonalAccessTokens)
+    body = [{"name": token.name, "expiry_at": token.expiry_at or None} for token in tokens.tokens]
+    return ApiResponse(200, body)
+
+
+async def create_token(api: HttpApi, request: ApiRequest) -> ApiResponse:
+    data = request.json()
+    expiry = _field(data, "expiry", int, 0)
+    payload = wire.CreatePersonalAccessToken(_field(data, "name", str), expiry)
+    raw = await api.call(request, CommandCode.CREATE_PERSONAL_ACCESS_TOKEN, _encode(payload))
+    assert isinstance(raw, wire.RawPersonalAccessToken)
+    return ApiResponse(201, {"token": raw.token})
+
+
+async def delete_token(api: HttpApi, request: ApiRequest) -> ApiResponse:
+    payload = wire.PersonalAccessTokenRef(request.params["name"])
+    await api.call(request, CommandCode.DELETE_PERSONAL_ACCESS_TOKEN, _encode(payload))
+    return ApiResponse(204)
+
+
+def client_json(info: wire.ClientInfo) -> dict[str, Any]:
+    return {
+        "client_id": info.client_id,
+        "user_id": None if info.user_id == wire.CLIENT_NO_USER else info.user_id,
+        "address": info.address,
+        "transport": _TRANSPORTS.get(info.transport, str(info.transport)),
+        "consumer_groups_count": info.consumer_groups_count,
+    }
+
+
+async def get_clients(api: HttpApi, request: ApiRequest) -> ApiResponse:
+    clients = await api.call(request, CommandCode.GET_CLIENTS, b"")
+    assert isinstance(clients, wire.Clients)
+    return ApiResponse(200, [client_json(client) for client in clients.clients])
+
+
+async def get_client(api: HttpApi, request: ApiRequest) -> ApiResponse:
+    text = request.params["client_id"]
+    if not text.isdigit() or int(text) >= 1 << 32:
+        raise bad_request("a client id is a u32", int(IggyErrorCode.INVALID_CLIENT_ID))
+    info = await api.call(request, CommandCode.GET_CLIENT, _encode(wire.ClientRef(int(text))))
+    if info is None:
+        raise not_found("client not found")
+    assert isinstance(info, wire.ClientInfoDetails)
+    body = {
+        "client_id": info.client_id,
+        "user_id": None if info.user_id == wire.CLIENT_NO_USER else info.user_id,
+        "address": info.address,
+        "transport": _TRANSPORTS.get(info.transport, str(info.transport)),
+        "consumer_groups_count": len(info.consumer_groups),
+        "consumer_groups": [
+            {"stream_id": g.stream_id, "topic_id": g.topic_id, "group_id": g.group_id}
+            for g in info.consumer_groups
+        ],
+    }
+    return ApiResponse(200, body)
+
+
+_SCOPES: Final = {scope.name.lower(): scope for scope in wire.OptionsScope}
+
+
+async def describe_options(api: HttpApi, request: ApiRequest) -> ApiResponse:
+    scope = _SCOPES.get(request.params["scope"].lower())
+    if scope is None:
+        raise bad_request(f"unknown options scope {request.params['scope']!r}")
+    catalog = await api.call(
+        request, CommandCode.DESCRIBE_OPTIONS, _encode(wire.DescribeOptions(int(scope)))
+    )
+    assert isinstance(catalog, wire.OptionsCatalog)
+    body = []
+    for entry in catalog.entries:
+        try:
+            kind = wire.HeaderKind(entry.kind).name.lower()
+        except ValueError:
+            kind = str(entry.kind)
+        body.append(
+            {
+                "key": entry.key,
+                "kind": kind,
+                "default_value": list(entry.default_value),
+                "description": entry.description,
+            }
+        )
+    return ApiResponse(200, body)
+
+
 def _encode(payload: Any) -> bytes:
     """A request payload's bytes; a value the codec refuses is the client's bad input."""
     try:
@@ -1084,6 +1348,19 @@ def default_router() -> Router:
     add("DELETE", "/users/logout", logout_user)
     add("GET", "/stats", get_stats)
     add("GET", "/cluster/metadata", get_cluster_metadata)
+    add("GET", "/clients", get_clients)
+    add("GET", "/clients/{client_id}", get_client)
+    add("GET", "/options/{scope}", describe_options)
+    add("GET", "/users", get_users)
+    add("POST", "/users", create_user)
+    add("GET", "/users/{user_id}", get_user)
+    add("PUT", "/users/{user_id}", update_user)
+    add("DELETE", "/users/{user_id}", delete_user)
+    add("PUT", "/users/{user_id}/password", change_password)
+    add("PUT", "/users/{user_id}/permissions", update_permissions)
+    add("GET", "/personal-access-tokens", get_tokens)
+    add("POST", "/personal-access-tokens", create_token)
+    add("DELETE", "/personal-access-tokens/{name}", delete_token)
     add("GET", "/streams", get_streams)
     add("POST", "/streams", create_stream)
     add("GET", "/streams/{stream_id}", get_stream)
