@@ -374,9 +374,10 @@ class Config(BaseSettings):
             raise ValueError(
                 f"http_addresses lists {len(self.http_addresses)} nodes, replicas {count}"
             )
-        if self.http_token_secret is not None and len(
-            self.http_token_secret.get_secret_value()
-        ) < 16:
+        if (
+            self.http_token_secret is not None
+            and len(self.http_token_secret.get_secret_value()) < 16
+        ):
             raise ValueError("http_token_secret must be at least 16 characters")
         if self.node_names and len(self.node_names) != count:
             raise ValueError(f"node_names lists {len(self.node_names)} nodes, replicas {count}")

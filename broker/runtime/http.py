@@ -151,6 +151,12 @@ class HttpConnection:
             await self._refuse(400, "expected a request")
             raise _Closed
         self.requests += 1
+        # h11 bounds a head that is still arriving; one that came whole in a read is
+        # bounded here.
+        head_size = len(event.target) + sum(len(n) + len(v) + 4 for n, v in event.headers)
+        if head_size > HEAD_SIZE_MAX:
+            await self._refuse(431, f"a request head of {head_size} bytes")
+            raise _Closed
         headers = {name.lower(): value for name, value in event.headers}
         authorization = headers.get(b"authorization")
         size_max = limits.frame_size_bytes_max

@@ -47,6 +47,7 @@ from urllib.parse import parse_qsl, unquote
 import trio
 
 from broker.core.connections import ConnectionContext, Response
+from broker.core.reconcile import METADATA_GROUP
 from broker.runtime.config import Config
 from broker.runtime.http_tokens import TokenClaims, TokenError, TokenIssuer
 from sdk import wire
@@ -66,7 +67,14 @@ SESSIONS_KEPT_MAX: Final = 4096
 idle one is forgotten beyond it (a forgotten counter restarts from the clock)."""
 SDK_NAME: Final = "viewstream-http"
 """The SDK name an HTTP login registers with (what GET_ME/GET_CLIENTS show)."""
+SDK_VERSION_UNKNOWN: Final = "unknown"
+"""The SDK version a login without ``version`` registers with (a name of 1..255 bytes)."""
 RETRY_AFTER_S: Final = "1"
+EXPIRY_CHECK_INTERVAL_S: Final = 1.0
+"""How often the node ends the sessions whose access tokens it issued and that expired."""
+EXPIRIES_KEPT_MAX: Final = 8192
+"""Sessions whose token expiry this node watches; beyond it the oldest is no longer
+watched (its session then ends by logout or by the per-user session bound)."""
 
 _NOT_FOUND_CODES: Final = frozenset(
     {
@@ -203,6 +211,12 @@ class ApiNode(Protocol):
 
 @dataclass(slots=True)
 class _Session:
+    """One session as this node serves it over HTTP: its turn, its request counter and
+    its connection context, which keeps what the session was answered with here, so a
+    read sees the session's own earlier writes (read-your-writes, per session and node,
+    as per TCP connection)."""
+
+    context: ConnectionContext
     turn: trio.Lock = field(default_factory=trio.Lock)
     request: int = 0
 
@@ -214,11 +228,15 @@ class Sessions:
         self._kept_max = kept_max
         self._sessions: OrderedDict[tuple[int, int], _Session] = OrderedDict()
 
-    def get(self, client_id: int, session: int) -> _Session:
+    def get(self, client_id: int, session: int, address: str) -> _Session:
         key = (client_id, session)
         found = self._sessions.get(key)
         if found is None:
-            found = self._sessions[key] = _Session()
+            context = ConnectionContext(address, client_id=client_id, bound_session=session)
+            # The register that opened the session is op ``session`` of the metadata
+            # group: a node that has not applied it yet waits for it rather than refuse.
+            context.saw(METADATA_GROUP, session)
+            found = self._sessions[key] = _Session(context)
             self._trim()
         self._sessions.move_to_end(key)
         return found
@@ -296,11 +314,37 @@ class HttpApi:
         tokens: Issues and checks access tokens.
     """
 
-    def __init__(self, node: ApiNode, tokens: TokenIssuer) -> None:
+    def __init__(
+        self,
+        node: ApiNode,
+        tokens: TokenIssuer,
+        end_session: Callable[[int], Awaitable[object]] | None = None,
+    ) -> None:
         self.node = node
         self.tokens = tokens
         self.sessions = Sessions()
         self.router = default_router()
+        self._end_session = end_session
+        self.expiries: dict[int, int] = {}
+        """Session -> expiry (unix s) of the latest token issued or refreshed here for it."""
+
+    async def expire_sessions(self) -> None:
+        """Forever: end each session whose token, issued or refreshed here, expired
+        (through the node's system client, as when a TCP connection closes)."""
+        while True:
+            await trio.sleep(EXPIRY_CHECK_INTERVAL_S)
+            now = int(time.time())
+            due = sorted(s for s, expiry in self.expiries.items() if expiry <= now)
+            for session in due:
+                del self.expiries[session]
+                if self._end_session is not None:
+                    await self._end_session(session)
+
+    def watch_expiry(self, session: int, expiry: int) -> None:
+        self.expiries.pop(session, None)
+        self.expiries[session] = expiry
+        while len(self.expiries) > EXPIRIES_KEPT_MAX:
+            del self.expiries[next(iter(self.expiries))]
 
     async def answer(self, request: ApiRequest) -> ApiResponse:
         """The answer to one request; never raises for bad input (invariant 4)."""
@@ -330,16 +374,13 @@ class HttpApi:
     ) -> wire.ReplyPayload | None:
         """Run command ``code`` with ``body`` in the session of the request's token."""
         claims = self.claims(request)
-        session = self.sessions.get(claims.client_id, claims.session)
-        context = ConnectionContext(
-            request.address, client_id=claims.client_id, bound_session=claims.session
-        )
+        session = self.sessions.get(claims.client_id, claims.session, request.address)
         async with session.turn:
             number = next_request(session, time.time_ns() // 1000)
             frame = wire.build_request_frame(
                 code, body, client=claims.client_id, session=claims.session, request=number
             )
-            reply = await self._run(context, frame)
+            reply = await self._run(session.context, frame)
         try:
             return wire.read_reply(code, reply)
         except SessionEvicted as evicted:
@@ -382,6 +423,7 @@ class HttpApi:
 
     def identity(self, user_id: int, client_id: int, session: int) -> ApiResponse:
         token, expiry = self.tokens.issue(user_id, client_id, session, int(time.time()))
+        self.watch_expiry(session, expiry)
         body = {"user_id": user_id, "access_token": {"token": token, "expiry": expiry}}
         return ApiResponse(200, body)
 
@@ -606,13 +648,19 @@ async def ping(api: HttpApi, request: ApiRequest) -> ApiResponse:
     return ApiResponse(200, "pong")
 
 
+def _version(data: Mapping[str, Any]) -> str:
+    """The client's version as a login names it (Iggy's optional ``version``)."""
+    version = data.get("version")
+    return version if isinstance(version, str) and version else SDK_VERSION_UNKNOWN
+
+
 async def login_user(api: HttpApi, request: ApiRequest) -> ApiResponse:
     data = request.json()
     payload = wire.LoginRegister(
         username=_field(data, "username", str),
         password=_field(data, "password", str),
         sdk_name=SDK_NAME,
-        sdk_version=str(data.get("version") or ""),
+        sdk_version=_version(data),
         protocol_version=wire.PROTOCOL_VERSION,
         context=str(data.get("context") or ""),
     )
@@ -629,7 +677,7 @@ async def login_with_token(api: HttpApi, request: ApiRequest) -> ApiResponse:
     payload = wire.LoginRegisterWithPat(
         token=_field(data, "token", str),
         sdk_name=SDK_NAME,
-        sdk_version="",
+        sdk_version=_version(data),
         protocol_version=wire.PROTOCOL_VERSION,
         context="",
     )
@@ -659,6 +707,7 @@ async def logout_user(api: HttpApi, request: ApiRequest) -> ApiResponse:
     claims = api.claims(request)
     await api.call(request, CommandCode.LOGOUT_USER, b"")
     api.sessions.forget(claims.client_id, claims.session)
+    api.expiries.pop(claims.session, None)
     return ApiResponse(204)
 
 

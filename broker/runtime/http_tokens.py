@@ -12,10 +12,10 @@ Invariants:
    expired; the session it names must still live in committed metadata and belong to
    the client id it names (the node's own session check, ``broker.core.sessions``), so a
    token outlives neither a logout nor its session's end.
-2. The key is ``http_token_secret`` if set, else derived from ``cluster_secret`` (HMAC
-   with a fixed label, so the cluster secret itself never signs anything), so every node
-   of a cluster accepts a token any of them issued; a node with neither draws a key at
-   start, and its tokens die with the process.
+2. The key is derived (HMAC-SHA256 with a fixed label, 32 bytes) from
+   ``http_token_secret`` if set, else from ``cluster_secret``, so the secret itself never
+   signs anything and every node of a cluster accepts a token any of them issued; a node
+   with neither draws a key at start, and its tokens die with the process.
 3. Claims: ``sub`` (user id, text, as JWT asks), ``uid``, ``cid`` (client id, u128 as
    text), ``sid`` (session), ``iat``, ``exp`` (seconds), ``jti`` (random). Nothing else is
    read from a token.
@@ -59,13 +59,16 @@ class TokenError(Exception):
         self.reason = reason
 
 
+def derive_key(secret: str) -> bytes:
+    """The 32-byte HS256 key made from a configured secret (invariant 2)."""
+    return hmac.new(secret.encode(), KEY_LABEL, hashlib.sha256).digest()
+
+
 def token_key(config: Config) -> bytes:
     """The signing key of ``config``'s node (invariant 2)."""
-    if config.http_token_secret is not None:
-        return config.http_token_secret.get_secret_value().encode()
-    if config.cluster_secret is not None:
-        secret = config.cluster_secret.get_secret_value().encode()
-        return hmac.new(secret, KEY_LABEL, hashlib.sha256).digest()
+    secret = config.http_token_secret or config.cluster_secret
+    if secret is not None:
+        return derive_key(secret.get_secret_value())
     return os.urandom(32)
 
 

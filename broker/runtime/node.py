@@ -507,7 +507,12 @@ class Node:
         listeners: list[trio.abc.Listener[trio.abc.Stream]] = list(sockets)
         if tls is not None:
             listeners = [trio.SSLListener(s, tls, https_compatible=True) for s in sockets]
-        api = HttpApi(self, TokenIssuer(token_key(config), config.http_token_expiry_s))
+
+        async def end_session(session: int) -> Outcome:
+            return await self.system.run(self.metadata, EndSession(session))
+
+        tokens = TokenIssuer(token_key(config), config.http_token_expiry_s)
+        api = HttpApi(self, tokens, end_session)
         guard = connection_guard(self)
 
         async def accept(stream: trio.abc.Stream) -> None:
@@ -521,7 +526,9 @@ class Node:
 
         async def serve() -> None:
             with self._http_scope:
-                await trio.serve_listeners(accept, listeners)
+                async with trio.open_nursery() as inner:
+                    inner.start_soon(api.expire_sessions)
+                    await trio.serve_listeners(accept, listeners)
 
         nursery.start_soon(serve)
         scheme = "https" if tls else "http"
