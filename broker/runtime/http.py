@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 import h11
 import trio
@@ -93,16 +93,28 @@ class HttpConnection:
         self._limits = host.config.limits
         self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_SIZE_MAX)
         self.requests = 0
+        self._scope = trio.CancelScope()
+        self._answering = False
+        self._closing = False
+
+    def shutdown(self) -> None:
+        """Close after the request being answered, or at once if there is none."""
+        self._closing = True
+        if not self._answering:
+            self._scope.cancel()
 
     async def run(self) -> None:
-        try:
-            while True:
-                await self._one_request()
-                if self._h11.our_state is not h11.DONE or self._h11.their_state is not h11.DONE:
-                    return
-                self._h11.start_next_cycle()
-        except _Closed:
-            return
+        with self._scope:
+            try:
+                while not self._closing:
+                    await self._one_request()
+                    if self._h11.our_state is not h11.DONE:
+                        return
+                    if self._h11.their_state is not h11.DONE:
+                        return
+                    self._h11.start_next_cycle()
+            except _Closed:
+                return
 
     async def _next_event(self, deadline: float) -> h11.Event | type[h11.PAUSED]:
         """h11's next event, reading the socket (until ``deadline``) when it needs bytes."""
@@ -180,6 +192,7 @@ class HttpConnection:
                 await self._refuse(503, "the node's incoming byte budget is spent")
                 raise _Closed
             reserved = max(reserved, len(body))
+            self._answering = True
             target = event.target.decode("ascii", "replace")
             path, _, query = target.partition("?")
             request = ApiRequest(
@@ -193,10 +206,13 @@ class HttpConnection:
                 ),
             )
             answer = await self._api.answer(request)
+            if self._closing:
+                answer.headers.append((b"connection", b"close"))
+            await self._send(answer)
         finally:
+            self._answering = False
             if reserved:
                 self._guard.release(reserved)
-        await self._send(answer)
 
     async def _read_body(self, deadline: float, size_max: int) -> bytes:
         parts: list[bytes] = []
@@ -238,7 +254,7 @@ class HttpConnection:
             *answer.headers,
         ]
         if body:
-            headers.append((b"content-type", b"application/json"))
+            headers.append((b"content-type", answer.content_type))
         try:
             data = self._h11.send(h11.Response(status_code=answer.status, headers=headers))
             assert data is not None
@@ -274,8 +290,10 @@ async def serve_http_connection(
     api: HttpApi,
     stream: trio.abc.Stream,
     guard: ConnectionGuard,
+    open_connections: set[Any],
 ) -> None:
-    """Serve one accepted HTTP connection until it ends."""
+    """Serve one accepted HTTP connection until it ends; it is in ``open_connections``
+    meanwhile (so the node can shut it down)."""
     address = peer_address(stream)
     try:
         if isinstance(stream, trio.SSLStream):
@@ -287,6 +305,11 @@ async def serve_http_connection(
                     return
             if scope.cancelled_caught:
                 return
-        await HttpConnection(host, api, stream, address, guard).run()
+        connection = HttpConnection(host, api, stream, address, guard)
+        open_connections.add(connection)
+        try:
+            await connection.run()
+        finally:
+            open_connections.discard(connection)
     finally:
         await trio.aclose_forcefully(stream)

@@ -118,15 +118,22 @@ def _code_name(code: int) -> str:
 
 @dataclass(slots=True)
 class ApiResponse:
-    """An answer: status, JSON-able body (None: no body) and extra headers."""
+    """An answer: status, body (JSON-able; ``str`` is sent as plain text; None: no
+    body) and extra headers."""
 
     status: int
     body: Any = None
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
 
+    @property
+    def content_type(self) -> bytes:
+        return b"text/plain; charset=utf-8" if isinstance(self.body, str) else b"application/json"
+
     def encode(self) -> bytes:
         if self.body is None:
             return b""
+        if isinstance(self.body, str):
+            return self.body.encode()
         return json.dumps(self.body, separators=(",", ":")).encode()
 
 
@@ -794,7 +801,7 @@ async def create_stream(api: HttpApi, request: ApiRequest) -> ApiResponse:
     payload = wire.CreateStream(_field(data, "name", str), _options(data))
     details = await api.call(request, CommandCode.CREATE_STREAM, _encode(payload))
     assert isinstance(details, wire.StreamDetails)
-    return ApiResponse(201, _stream_details(details))
+    return ApiResponse(200, _stream_details(details))
 
 
 async def update_stream(api: HttpApi, request: ApiRequest) -> ApiResponse:
@@ -876,7 +883,7 @@ async def create_topic(api: HttpApi, request: ApiRequest) -> ApiResponse:
     )
     details = await api.call(request, CommandCode.CREATE_TOPIC, _encode(payload))
     assert isinstance(details, wire.TopicDetails)
-    return ApiResponse(201, _topic_details(details))
+    return ApiResponse(200, _topic_details(details))
 
 
 async def update_topic(api: HttpApi, request: ApiRequest) -> ApiResponse:
@@ -906,7 +913,7 @@ async def create_partitions(api: HttpApi, request: ApiRequest) -> ApiResponse:
         ref.stream_id, ref.topic_id, _field(data, "partitions_count", int)
     )
     await api.call(request, CommandCode.CREATE_PARTITIONS, _encode(payload))
-    return ApiResponse(201)
+    return ApiResponse(200)
 
 
 async def delete_partitions(api: HttpApi, request: ApiRequest) -> ApiResponse:
@@ -1103,7 +1110,7 @@ async def create_consumer_group(api: HttpApi, request: ApiRequest) -> ApiRespons
     payload = wire.CreateConsumerGroup(ref.stream_id, ref.topic_id, _field(data, "name", str))
     details = await api.call(request, CommandCode.CREATE_CONSUMER_GROUP, _encode(payload))
     assert isinstance(details, wire.ConsumerGroupDetails)
-    return ApiResponse(201, _group_details(details))
+    return ApiResponse(200, _group_details(details))
 
 
 async def delete_consumer_group(api: HttpApi, request: ApiRequest) -> ApiResponse:
@@ -1247,7 +1254,7 @@ async def create_user(api: HttpApi, request: ApiRequest) -> ApiResponse:
     )
     details = await api.call(request, CommandCode.CREATE_USER, _encode(payload))
     assert isinstance(details, wire.UserDetails)
-    return ApiResponse(201, _user_details(details))
+    return ApiResponse(200, _user_details(details))
 
 
 async def update_user(api: HttpApi, request: ApiRequest) -> ApiResponse:
@@ -1300,7 +1307,7 @@ async def create_token(api: HttpApi, request: ApiRequest) -> ApiResponse:
     payload = wire.CreatePersonalAccessToken(_field(data, "name", str), expiry)
     raw = await api.call(request, CommandCode.CREATE_PERSONAL_ACCESS_TOKEN, _encode(payload))
     assert isinstance(raw, wire.RawPersonalAccessToken)
-    return ApiResponse(201, {"token": raw.token})
+    return ApiResponse(200, {"token": raw.token})
 
 
 async def delete_token(api: HttpApi, request: ApiRequest) -> ApiResponse:

@@ -274,6 +274,9 @@ class Node:
         self.http_address: tuple[str, int] | None = None
         """Where the HTTP API listens, once it does (None: off or not yet)."""
         self._http_scope = trio.CancelScope()
+        """Accepting HTTP connections and ending expired tokens' sessions."""
+        self.http_connections: set[Any] = set()
+        """Open HTTP connections (``broker.runtime.http.HttpConnection``)."""
 
     # -- groups -----------------------------------------------------------------------------
 
@@ -461,6 +464,8 @@ class Node:
             self._http_scope.cancel()
             for connection in list(self.open_connections):
                 connection.shutdown()
+            for http_connection in list(self.http_connections):
+                http_connection.shutdown()
             with trio.move_on_after(SHUTDOWN_CONNECTIONS_TIMEOUT_S):
                 while self.connections:
                     await self._connections_idle.wait()
@@ -493,7 +498,8 @@ class Node:
 
     async def _start_http(self, nursery: trio.Nursery, tls: ssl.SSLContext | None) -> None:
         """Open the HTTP API listener (``broker.runtime.http``), TLS when the client
-        listener has it; it closes with ``_http_scope`` at shutdown."""
+        listener has it. At shutdown it stops accepting (``_http_scope``) and each
+        connection closes once its request in hand is answered."""
         from broker.runtime.connection import connection_guard
         from broker.runtime.http import serve_http_connection
         from broker.runtime.http_api import HttpApi
@@ -520,15 +526,16 @@ class Node:
                 await trio.aclose_forcefully(stream)
                 return
             try:
-                await serve_http_connection(self, api, stream, guard)
+                await serve_http_connection(self, api, stream, guard, self.http_connections)
             finally:
                 self.connection_closed(ConnectionContext("http"))
 
         async def serve() -> None:
+            # Connections live in ``nursery`` (the node's), so that stopping to accept
+            # (``_http_scope``) leaves the requests in hand to finish, as on TCP.
             with self._http_scope:
-                async with trio.open_nursery() as inner:
-                    inner.start_soon(api.expire_sessions)
-                    await trio.serve_listeners(accept, listeners)
+                nursery.start_soon(api.expire_sessions)
+                await trio.serve_listeners(accept, listeners, handler_nursery=nursery)
 
         nursery.start_soon(serve)
         scheme = "https" if tls else "http"
