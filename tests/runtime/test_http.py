@@ -426,3 +426,34 @@ def test_a_client_trickling_its_headers_is_dropped_and_others_are_served(
                 assert request(port, "GET", "/ping")[0] == 200
     assert closed_after is not None, "the trickling client was never dropped"
     assert closed_after >= FRAME_READ_TIMEOUT_S
+
+
+def test_a_personal_access_token_logs_in_and_a_token_is_refreshed(
+    http_node: tuple[NodeProcess, int],
+) -> None:
+    _, port = http_node
+    token = login(port)["access_token"]["token"]
+    status, created = request(
+        port,
+        "POST",
+        "/personal-access-tokens",
+        json.dumps({"name": "h-pat", "expiry": 0}).encode(),
+        token,
+    )
+    assert status == 200, created
+    body = json.dumps({"token": created["token"]}).encode()
+    status, identity = request(port, "POST", "/personal-access-tokens/login", body)
+    assert status == 200, identity
+    by_pat = identity["access_token"]["token"]
+    assert request(port, "GET", "/streams", token=by_pat)[0] == 200
+    status, listed = request(port, "GET", "/personal-access-tokens", token=by_pat)
+    assert status == 200 and [t["name"] for t in listed] == ["h-pat"]
+    status, refreshed = request(
+        port, "POST", "/users/refresh-token", json.dumps({"token": by_pat}).encode()
+    )
+    assert status == 200, refreshed
+    assert refreshed["user_id"] == identity["user_id"]
+    assert request(port, "GET", "/streams", token=refreshed["access_token"]["token"])[0] == 200
+    wrong = json.dumps({"token": "no-such-token-" + "x" * 30}).encode()
+    assert request(port, "POST", "/personal-access-tokens/login", wrong)[0] == 401
+    assert request(port, "DELETE", "/personal-access-tokens/h-pat", token=token)[0] == 204

@@ -228,3 +228,19 @@ def test_refusals_and_bad_input_never_reach_the_node() -> None:
     assert [a.status for a in answers] == [401, 401, 400, 400, 400]
     assert answers[-1].body["id"] == 1012
     assert len(node.frames) == 1  # only the well-formed create reached the node
+
+
+def test_the_http_address_defaults_to_port_3000_and_empty_turns_it_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("VIEWSTREAM_HTTP_ADDRESS", raising=False)
+    assert Config().http_address == "127.0.0.1:3000"
+    assert Config(http_address="").http_address == ""
+    monkeypatch.setenv("VIEWSTREAM_HTTP_ADDRESS", "127.0.0.1:3100")
+    assert Config().http_address == "127.0.0.1:3100"
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        Config(http_address="nowhere")
+    with pytest.raises(ValueError, match="http_addresses lists 2 nodes"):
+        Config(http_addresses=["127.0.0.1:1", "127.0.0.1:2"])
+    with pytest.raises(ValueError, match="http_token_secret"):
+        Config(http_token_secret=SecretStr("short"))
