@@ -507,7 +507,15 @@ class Node:
 
         config = self.config
         host, port = parse_address(config.http_address)
-        sockets = await trio.open_tcp_listeners(port, host=host)
+        try:
+            sockets = await trio.open_tcp_listeners(port, host=host)
+        except OSError as error:
+            # The default port is a fixed one another program may hold: say which setting.
+            raise SystemExit(
+                f"http_address {config.http_address}: cannot listen: {error.strerror}; set "
+                "--http-address (VIEWSTREAM_HTTP_ADDRESS) to another HOST:PORT, or to '' "
+                "to turn the HTTP API off"
+            ) from None
         bound = sockets[0].socket.getsockname()
         self.http_address = (bound[0], bound[1])
         listeners: list[trio.abc.Listener[trio.abc.Stream]] = list(sockets)

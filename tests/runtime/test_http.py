@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import queue
 import secrets
 import socket
 import time
@@ -457,3 +458,28 @@ def test_a_personal_access_token_logs_in_and_a_token_is_refreshed(
     wrong = json.dumps({"token": "no-such-token-" + "x" * 30}).encode()
     assert request(port, "POST", "/personal-access-tokens/login", wrong)[0] == 401
     assert request(port, "DELETE", "/personal-access-tokens/h-pat", token=token)[0] == 204
+
+
+def test_a_node_whose_http_port_is_taken_exits_naming_the_setting(tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        node = start_node(
+            tmp_path / "data", env={"VIEWSTREAM_HTTP_ADDRESS": f"127.0.0.1:{taken}"}, wait=False
+        )
+        try:
+            code = node.process.wait(timeout=60)
+            # The output pump may still be reading: take its lines up to the reason.
+            lines: list[str] = []
+            while not any("cannot listen" in line for line in lines):
+                try:
+                    lines.append(node.lines.get(timeout=10))
+                except queue.Empty:
+                    break
+        finally:
+            node.kill()
+    assert code == 1
+    output = "".join(lines)
+    assert f"http_address 127.0.0.1:{taken}: cannot listen" in output, output
+    assert "Traceback" not in output
