@@ -191,6 +191,8 @@ class ApiRequest:
     address: str
     authorization: str | None
     params: dict[str, str] = field(default_factory=dict)
+    claims: TokenClaims | None = None
+    """The verified token, once a route that needs one checked it."""
 
     def json(self) -> dict[str, Any]:
         """The body as a JSON object (400 otherwise)."""
@@ -282,7 +284,9 @@ class Route:
 
 
 class Router:
-    """Routes by method and path; ``{name}`` segments become ``ApiRequest.params``."""
+    """Routes by method and path; ``{name}`` segments become ``ApiRequest.params``. A
+    route that is not ``public`` is answered 401 without a valid token before its handler
+    runs."""
 
     def __init__(self) -> None:
         self.routes: list[Route] = []
@@ -358,6 +362,8 @@ class HttpApi:
         try:
             route, params = self.router.match(request.method, request.path)
             request.params = params
+            if not route.public:
+                request.claims = self.claims(request)  # before the body is looked at
             return await route.handler(self, request)
         except ApiError as error:
             return error.response()
@@ -365,6 +371,9 @@ class HttpApi:
     # -- running a command through the node -------------------------------------------------
 
     def claims(self, request: ApiRequest) -> TokenClaims:
+        """The request's verified token (401 without a valid one)."""
+        if request.claims is not None:
+            return request.claims
         header = request.authorization
         if header is None:
             raise unauthenticated("no access token (Authorization: Bearer ...)")

@@ -483,3 +483,39 @@ def test_a_node_whose_http_port_is_taken_exits_naming_the_setting(tmp_path: Path
     output = "".join(lines)
     assert f"http_address 127.0.0.1:{taken}: cannot listen" in output, output
     assert "Traceback" not in output
+
+
+def test_http_connections_count_against_the_nodes_connection_limit(tmp_path: Path) -> None:
+    port = free_port()
+    node = start_node(
+        tmp_path / "data",
+        env={
+            "VIEWSTREAM_HTTP_ADDRESS": f"127.0.0.1:{port}",
+            "VIEWSTREAM_LIMITS__CONNECTIONS_MAX": "2",
+            # The TCP connection holding a place never logs in: keep it open throughout.
+            "VIEWSTREAM_LIMITS__LOGIN_TIMEOUT_S": "300",
+        },
+    )
+    try:
+        with (
+            socket.create_connection(("127.0.0.1", node.port), timeout=30),
+            socket.create_connection(("127.0.0.1", port), timeout=30) as second,
+        ):
+            # One TCP and one HTTP connection hold both places: the next is closed.
+            second.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert second.recv(4096).startswith(b"HTTP/1.1 200")
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as third:
+                third.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert _read_until_closed(third) == b""
+        # Both places given back: HTTP is served again (bounded wait for the closes).
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if request(port, "GET", "/ping") == (200, "pong"):
+                    break
+            except (ConnectionError, http.client.HTTPException):
+                pass
+            assert time.monotonic() < deadline, "HTTP never served again"
+            time.sleep(0.1)
+    finally:
+        node.kill()
