@@ -118,20 +118,26 @@ def _code_name(code: int) -> str:
 
 @dataclass(slots=True)
 class ApiResponse:
-    """An answer: status, body (JSON-able; ``str`` is sent as plain text; None: no
-    body) and extra headers."""
+    """An answer: status, body (JSON-able; ``str`` is sent as plain text, ``bytes`` as
+    they are; None: no body) and extra headers."""
 
     status: int
     body: Any = None
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    media: bytes = b"application/octet-stream"
+    """The content type of a ``bytes`` body (sent as it is)."""
 
     @property
     def content_type(self) -> bytes:
+        if isinstance(self.body, bytes):
+            return self.media
         return b"text/plain; charset=utf-8" if isinstance(self.body, str) else b"application/json"
 
     def encode(self) -> bytes:
         if self.body is None:
             return b""
+        if isinstance(self.body, bytes):
+            return self.body
         if isinstance(self.body, str):
             return self.body.encode()
         return json.dumps(self.body, separators=(",", ":")).encode()
@@ -1391,6 +1397,42 @@ async def describe_options(api: HttpApi, request: ApiRequest) -> ApiResponse:
     return ApiResponse(200, body)
 
 
+_SNAPSHOT_COMPRESSIONS: Final = {
+    value.name.lower().replace("_", ""): value for value in wire.SnapshotCompression
+}
+_SNAPSHOT_SECTIONS: Final = {
+    value.name.lower().replace("_", ""): value for value in wire.SnapshotSection
+}
+
+
+def _snapshot_name(text: Any, table: Mapping[str, Any], what: str) -> Any:
+    """Iggy's serde names (``FilesystemOverview``) or snake case (``filesystem_overview``)."""
+    key = str(text).replace("_", "").lower()
+    if key not in table:
+        raise bad_request(f"unknown {what} {text!r}")
+    return table[key]
+
+
+async def get_snapshot(api: HttpApi, request: ApiRequest) -> ApiResponse:
+    """``POST /snapshot``: the node's diagnostics zip (GET_SNAPSHOT_FILE)."""
+    data = request.json()
+    compression = _snapshot_name(
+        data.get("compression", "Deflated"), _SNAPSHOT_COMPRESSIONS, "compression"
+    )
+    types = data.get("snapshot_types", ["All"])
+    if not isinstance(types, list):
+        raise bad_request("snapshot_types must be a list")
+    sections = tuple(int(_snapshot_name(t, _SNAPSHOT_SECTIONS, "snapshot type")) for t in types)
+    payload = wire.GetSnapshot(int(compression), sections)
+    archive = await api.call(request, CommandCode.GET_SNAPSHOT_FILE, _encode(payload))
+    assert isinstance(archive, wire.SnapshotArchive)
+    stamp = time.strftime("%Y%m%d_%H%M%S", time.gmtime())
+    disposition = f'attachment; filename="viewstream_snapshot_{stamp}.zip"'.encode()
+    return ApiResponse(
+        200, archive.data, [(b"content-disposition", disposition)], media=b"application/zip"
+    )
+
+
 def _encode(payload: Any) -> bytes:
     """A request payload's bytes; a value the codec refuses is the client's bad input."""
     try:
@@ -1416,6 +1458,7 @@ def default_router() -> Router:
     add("GET", "/clients", get_clients)
     add("GET", "/clients/{client_id}", get_client)
     add("GET", "/options/{scope}", describe_options)
+    add("POST", "/snapshot", get_snapshot)
     add("GET", "/users", get_users)
     add("POST", "/users", create_user)
     add("GET", "/users/{user_id}", get_user)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import io
 import json
 import queue
 import secrets
 import socket
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -519,3 +521,24 @@ def test_http_connections_count_against_the_nodes_connection_limit(tmp_path: Pat
             time.sleep(0.1)
     finally:
         node.kill()
+
+
+def test_a_snapshot_is_a_zip_of_the_sections_asked(http_node: tuple[NodeProcess, int]) -> None:
+    _, port = http_node
+    token = login(port)["access_token"]["token"]
+    body = json.dumps({"compression": "Deflated", "snapshot_types": ["Test", "ServerConfig"]})
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        connection.request("POST", "/snapshot", body=body.encode(), headers=headers)
+        response = connection.getresponse()
+        data = response.read()
+    finally:
+        connection.close()
+    assert response.status == 200
+    assert response.getheader("Content-Type") == "application/zip"
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        names = archive.namelist()
+    assert len(names) == 2, names
+    bad = json.dumps({"snapshot_types": ["Everything"]}).encode()
+    assert request(port, "POST", "/snapshot", bad, token)[0] == 400
