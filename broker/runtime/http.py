@@ -179,14 +179,19 @@ class HttpConnection:
         if declared_size > size_max:
             await self._refuse(413, f"a body of {declared_size} bytes exceeds {size_max}")
             raise _Closed
-        reserved = declared_size
-        if reserved:
-            with trio.move_on_at(deadline):
-                await self._guard.reserve(reserved)
-            if not trio.current_time() < deadline:
+        if declared_size:
+            with trio.move_on_at(deadline) as waited:
+                await self._guard.reserve(declared_size)
+            if waited.cancelled_caught:  # not reserved: nothing to give back
                 self._host.counters.connections_dropped += 1
                 raise _Closed
+        reserved = declared_size
         try:
+            if self._h11.they_are_waiting_for_100_continue:
+                # The client waits for a go-ahead before its body (curl does past 1 KiB).
+                await self._send_bytes(
+                    self._h11.send(h11.InformationalResponse(status_code=100, headers=[]))
+                )
             body = await self._read_body(deadline, size_max)
             if len(body) > reserved and not self._guard.reserve_nowait(len(body) - reserved):
                 await self._refuse(503, "the node's incoming byte budget is spent")
@@ -264,6 +269,12 @@ class HttpConnection:
         except h11.LocalProtocolError as error:
             log.info("cannot answer %s: %s", self._address, error)
             raise _Closed from None
+        await self._send_bytes(data)
+
+    async def _send_bytes(self, data: bytes | None) -> None:
+        """Write ``data``; a client that does not take it in time is dropped."""
+        if not data:
+            return
         with trio.move_on_after(self._limits.frame_read_timeout_s):
             try:
                 await self._stream.send_all(data)

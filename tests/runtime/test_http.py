@@ -542,3 +542,25 @@ def test_a_snapshot_is_a_zip_of_the_sections_asked(http_node: tuple[NodeProcess,
     assert len(names) == 2, names
     bad = json.dumps({"snapshot_types": ["Everything"]}).encode()
     assert request(port, "POST", "/snapshot", bad, token)[0] == 400
+
+
+def test_a_client_expecting_100_continue_gets_the_go_ahead(
+    http_node: tuple[NodeProcess, int],
+) -> None:
+    _, port = http_node
+    body = json.dumps({"username": "iggy", "password": ROOT_PASSWORD}).encode()
+    head = (
+        f"POST /users/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(head.encode())
+        # The body is held back until the node says go ahead.
+        assert sock.recv(4096).startswith(b"HTTP/1.1 100")
+        sock.sendall(body)
+        answer = b""
+        while b"access_token" not in answer:
+            chunk = sock.recv(65536)
+            assert chunk, answer
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200")
