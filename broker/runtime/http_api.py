@@ -1005,7 +1005,7 @@ async def poll_messages(api: HttpApi, request: ApiRequest) -> ApiResponse:
     kind = _POLLING_KINDS.get(kind_text)
     if kind is None:
         raise bad_request(f"unknown polling kind {kind_text!r}")
-    partition = _query_int(query, "partition_id", None)
+    partition = _query_int(query, "partition_id", 0)  # Iggy's HTTP default: partition 0
     if partition is not None and partition >= 1 << 32:
         raise bad_request("partition_id is a u32")
     count = _query_int(query, "count", 10)
