@@ -94,6 +94,7 @@ def run_node(partitions: int, seconds: float, settle_s: float) -> float:
         environment = dict(os.environ)
         environment["VIEWSTREAM_ROOT_PASSWORD"] = ROOT_PASSWORD
         environment["VIEWSTREAM_LOG_LEVEL"] = "warning"
+        environment["VIEWSTREAM_HTTP_ADDRESS"] = ""  # port 3000 is not ours to take
         reserve = (partitions + 16) * DESCRIPTORS_PER_PARTITION
         environment["VIEWSTREAM_LIMITS__PARTITION_DESCRIPTORS_RESERVED"] = str(reserve)
         # Room for the reserve under the hard limit: nothing connects but the bench.

@@ -133,11 +133,7 @@ def _start(folder: Path, nodes: int, retention_interval_s: int) -> tuple[Cluster
     """Start ``nodes`` nodes on 127.0.0.1 with data under ``folder``."""
     os.environ["VIEWSTREAM_RETENTION_INTERVAL_S"] = str(retention_interval_s)
     os.environ["VIEWSTREAM_LOG_LEVEL"] = "warning"
-    if nodes == 1:
-        # A one-node cluster is a plain node: no roster, its own port.
-        layout = ClusterLayout(folder, 1, _free_port(), _free_port())
-    else:
-        layout = ClusterLayout(folder, nodes, _free_port(), _free_port())
+    layout = ClusterLayout(folder, nodes, _free_port(), _free_port(), _free_port())
     processes = start_cluster(layout, root_password=ROOT_PASSWORD, echo=False)
     return layout, processes
 

@@ -260,6 +260,7 @@ def node_setup(
     environment = dict(os.environ)
     environment["VIEWSTREAM_ROOT_PASSWORD"] = ROOT_PASSWORD
     environment["VIEWSTREAM_LOG_LEVEL"] = "warning"
+    environment["VIEWSTREAM_HTTP_ADDRESS"] = ""  # the bench speaks TCP; port 3000 is not ours
     environment["VIEWSTREAM_CLUSTER_SECRET"] = "bench-cluster-secret-0123456789"
     clients = [f"127.0.0.1:{_free_port()}" for _ in range(nodes)]
     buses = [f"127.0.0.1:{_free_port()}" for _ in range(nodes)]

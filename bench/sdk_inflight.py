@@ -80,6 +80,7 @@ def running_node(folder: Path) -> Iterator[Node]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("VIEWSTREAM_")}
     environment["VIEWSTREAM_ROOT_PASSWORD"] = ROOT_PASSWORD
     environment["VIEWSTREAM_LOG_LEVEL"] = "warning"
+    environment["VIEWSTREAM_HTTP_ADDRESS"] = ""  # the bench speaks TCP; port 3000 is not ours
     log = (folder / "node.log").open("w")
     process = subprocess.Popen(
         [

@@ -351,6 +351,7 @@ class ChaosCluster:
             VIEWSTREAM_ROOT_PASSWORD=self.root_password,
             VIEWSTREAM_TICK_MS=str(self.tick_ms),
             VIEWSTREAM_LOG_LEVEL="info",
+            VIEWSTREAM_HTTP_ADDRESS="",  # the workload speaks TCP; port 3000 is not ours
         )
         environment.update(self.env)
         if self._bus_tls_env:

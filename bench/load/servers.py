@@ -96,6 +96,7 @@ def _environment(password: str, secret: str | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("VIEWSTREAM_")}
     env["VIEWSTREAM_ROOT_PASSWORD"] = password
     env["VIEWSTREAM_LOG_LEVEL"] = "warning"
+    env["VIEWSTREAM_HTTP_ADDRESS"] = ""  # the bench speaks TCP; port 3000 is not ours
     if secret is not None:
         env["VIEWSTREAM_CLUSTER_SECRET"] = secret
     return env

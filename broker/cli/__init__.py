@@ -74,6 +74,20 @@ def serve(
         str | None,
         typer.Option("--address", help="Client listener HOST:PORT (default 127.0.0.1:8090)."),
     ] = None,
+    http_address: Annotated[
+        str | None,
+        typer.Option(
+            "--http-address",
+            help="HTTP API listener HOST:PORT (default 127.0.0.1:3000; '' turns it off).",
+        ),
+    ] = None,
+    http_addresses: Annotated[
+        str | None,
+        typer.Option(
+            "--http-addresses",
+            help="HTTP HOST:PORT of every node, comma-separated (cluster metadata).",
+        ),
+    ] = None,
     data_dir: Annotated[
         Path | None, typer.Option("--data-dir", help="Data directory (default ./local_data).")
     ] = None,
@@ -129,6 +143,8 @@ def serve(
     try:
         config = load_config(
             address=address,
+            http_address=http_address,
+            http_addresses=_split(http_addresses),
             data_dir=data_dir,
             config_file=config_file,
             no_sync=True if no_sync else None,
@@ -164,6 +180,9 @@ def cluster_up(
     bus_base_port: Annotated[
         int, typer.Option("--bus-base-port", help="Replica-bus port of node 0; node i uses +i.")
     ] = 9090,
+    http_base_port: Annotated[
+        int, typer.Option("--http-base-port", help="HTTP API port of node 0; node i uses +i.")
+    ] = 3000,
     no_sync: Annotated[bool, typer.Option("--no-sync", help="Never fsync.")] = False,
     detach: Annotated[bool, typer.Option("--detach", help="Return once the nodes listen.")] = False,
     bus_tls: Annotated[
@@ -186,7 +205,9 @@ def cluster_up(
     if nodes not in (1, 3, 5):
         typer.echo("a cluster has 1, 3 or 5 nodes", err=True)
         raise typer.Exit(2)
-    layout = ClusterLayout(folder, nodes, base_port, bus_base_port, bus_tls=bus_tls)
+    layout = ClusterLayout(
+        folder, nodes, base_port, bus_base_port, http_base_port=http_base_port, bus_tls=bus_tls
+    )
     raise typer.Exit(run_up(layout, root_password=None, no_sync=no_sync, detach=detach))
 
 

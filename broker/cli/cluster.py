@@ -44,8 +44,13 @@ class ClusterLayout:
     nodes: int
     base_port: int
     bus_base_port: int
+    http_base_port: int = 3000
     bus_tls: bool = False
     """Run the replica bus over mutual TLS with the certificates in ``bus_tls_folder``."""
+
+    @property
+    def http_addresses(self) -> list[str]:
+        return [f"127.0.0.1:{self.http_base_port + i}" for i in range(self.nodes)]
 
     @property
     def bus_tls_folder(self) -> Path:
@@ -144,6 +149,10 @@ def start_node_process(
         ",".join(layout.bus_addresses),
         "--client-addresses",
         ",".join(layout.client_addresses),
+        "--http-address",
+        layout.http_addresses[index],
+        "--http-addresses",
+        ",".join(layout.http_addresses),
     ]
     if no_sync:
         command.append("--no-sync")

@@ -31,6 +31,7 @@ from broker.state.option_values import parse_duration_us, parse_size_bytes
 
 ENV_PREFIX = "VIEWSTREAM_"
 DEFAULT_ADDRESS = "127.0.0.1:8090"
+DEFAULT_HTTP_ADDRESS = "127.0.0.1:3000"
 NODE_NAME_SIZE_MAX = 255
 """Bytes of UTF-8 in a cluster or node name: the wire gives a name a one-byte length."""
 DEFAULT_DATA_DIR = Path("local_data")
@@ -205,6 +206,11 @@ class Config(BaseSettings):
     )
 
     address: str = Field(DEFAULT_ADDRESS, description="Client listener, HOST:PORT.")
+    http_address: str = Field(
+        DEFAULT_HTTP_ADDRESS,
+        description="Iggy's HTTP REST API listener, HOST:PORT; empty turns it off. It "
+        "speaks TLS with `tls_cert_file` / `tls_key_file` when those are set.",
+    )
     data_dir: Path = Field(DEFAULT_DATA_DIR, description="Where journals and superblocks live.")
     replica: int = Field(0, ge=0, description="This node's index in `replicas`.")
     replicas: list[str] = Field(
@@ -216,6 +222,25 @@ class Config(BaseSettings):
         default_factory=list,
         description="Client listener HOST:PORT of every node, in replica order, as cluster "
         "metadata advertises them to clients; empty means just `address`.",
+    )
+    http_addresses: list[str] = Field(
+        default_factory=list,
+        description="HTTP listener HOST:PORT of every node, in replica order, as cluster "
+        "metadata reports them (`http_port`); empty means only this node's own.",
+    )
+    http_token_secret: SecretStr | None = Field(
+        None,
+        description="Key that signs and checks the HTTP API's access tokens (JWT, "
+        "HS256). Unset: derived from `cluster_secret`, so every node of a cluster accepts "
+        "a token any of them issued; a node without either draws a key at start (its "
+        "tokens die with the process).",
+    )
+    http_token_expiry_s: int = Field(
+        3600,
+        ge=1,
+        le=7 * 86_400,
+        description="Lifetime of an access token issued by `POST /users/login` (Iggy's "
+        "default: 1 hour).",
     )
     cluster_name: str = Field(
         "viewstream",
@@ -303,6 +328,20 @@ class Config(BaseSettings):
         parse_address(value)
         return value
 
+    @field_validator("http_address")
+    @classmethod
+    def _check_http_address(cls, value: str) -> str:
+        if value:
+            parse_address(value)
+        return value
+
+    @field_validator("http_addresses")
+    @classmethod
+    def _check_http_addresses(cls, value: list[str]) -> list[str]:
+        for address in value:
+            parse_address(address)
+        return value
+
     @field_validator("replicas")
     @classmethod
     def _check_replicas(cls, value: list[str]) -> list[str]:
@@ -351,6 +390,15 @@ class Config(BaseSettings):
             raise ValueError(
                 f"client_addresses lists {len(self.client_addresses)} nodes, replicas {count}"
             )
+        if self.http_addresses and len(self.http_addresses) != count:
+            raise ValueError(
+                f"http_addresses lists {len(self.http_addresses)} nodes, replicas {count}"
+            )
+        if (
+            self.http_token_secret is not None
+            and len(self.http_token_secret.get_secret_value()) < 16
+        ):
+            raise ValueError("http_token_secret must be at least 16 characters")
         if self.node_names and len(self.node_names) != count:
             raise ValueError(f"node_names lists {len(self.node_names)} nodes, replicas {count}")
         if self.node_name is not None:

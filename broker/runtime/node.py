@@ -277,6 +277,12 @@ class Node:
         self.bus: Any = None
         """The replica bus (``broker.runtime.bus.ReplicaBus``) in a cluster."""
         self.address: tuple[str, int] | None = None
+        self.http_address: tuple[str, int] | None = None
+        """Where the HTTP API listens, once it does (None: off or not yet)."""
+        self._http_scope = trio.CancelScope()
+        """Accepting HTTP connections and ending expired tokens' sessions."""
+        self.http_connections: set[Any] = set()
+        """Open HTTP connections (``broker.runtime.http.HttpConnection``)."""
 
     # -- groups -----------------------------------------------------------------------------
 
@@ -453,6 +459,8 @@ class Node:
             listen_scope = trio.CancelScope()
             nursery.start_soon(self._serve, listeners, listen_scope)
             log.info("serving clients on %s:%d%s", bound[0], bound[1], " (TLS)" if tls else "")
+            if self.config.http_address:
+                await self._start_http(nursery, tls)
             task_status.started(self.address)
             await self._shutdown.wait()
             await self._stop(listen_scope)
@@ -465,8 +473,11 @@ class Node:
         with trio.CancelScope(shield=True):
             self.stopping = True
             listen_scope.cancel()
+            self._http_scope.cancel()
             for connection in list(self.open_connections):
                 connection.shutdown()
+            for http_connection in list(self.http_connections):
+                http_connection.shutdown()
             with trio.move_on_after(SHUTDOWN_CONNECTIONS_TIMEOUT_S):
                 while self.connections:
                     await self._connections_idle.wait()
@@ -496,6 +507,59 @@ class Node:
         except (OSError, ssl.SSLError) as error:
             raise SystemExit(f"tls_cert_file / tls_key_file: cannot load them: {error}") from None
         return context
+
+    async def _start_http(self, nursery: trio.Nursery, tls: ssl.SSLContext | None) -> None:
+        """Open the HTTP API listener (``broker.runtime.http``), TLS when the client
+        listener has it. At shutdown it stops accepting (``_http_scope``) and each
+        connection closes once its request in hand is answered."""
+        from broker.runtime.connection import connection_guard
+        from broker.runtime.http import serve_http_connection
+        from broker.runtime.http_api import HttpApi
+        from broker.runtime.http_tokens import TokenIssuer, token_key
+
+        config = self.config
+        host, port = parse_address(config.http_address)
+        try:
+            sockets = await trio.open_tcp_listeners(port, host=host)
+        except OSError as error:
+            # The default port is a fixed one another program may hold: say which setting.
+            raise SystemExit(
+                f"http_address {config.http_address}: cannot listen: {error.strerror}; set "
+                "--http-address (VIEWSTREAM_HTTP_ADDRESS) to another HOST:PORT, or to '' "
+                "to turn the HTTP API off"
+            ) from None
+        bound = sockets[0].socket.getsockname()
+        self.http_address = (bound[0], bound[1])
+        listeners: list[trio.abc.Listener[trio.abc.Stream]] = list(sockets)
+        if tls is not None:
+            listeners = [trio.SSLListener(s, tls, https_compatible=True) for s in sockets]
+
+        async def end_session(session: int) -> Outcome:
+            return await self.system.run(self.metadata, EndSession(session))
+
+        tokens = TokenIssuer(token_key(config), config.http_token_expiry_s)
+        api = HttpApi(self, tokens, end_session)
+        guard = connection_guard(self)
+
+        async def accept(stream: trio.abc.Stream) -> None:
+            if not self.connection_opened():
+                await trio.aclose_forcefully(stream)
+                return
+            try:
+                await serve_http_connection(self, api, stream, guard, self.http_connections)
+            finally:
+                self.connection_closed(ConnectionContext("http"))
+
+        async def serve() -> None:
+            # Connections live in ``nursery`` (the node's), so that stopping to accept
+            # (``_http_scope``) leaves the requests in hand to finish, as on TCP.
+            with self._http_scope:
+                nursery.start_soon(api.expire_sessions)
+                await trio.serve_listeners(accept, listeners, handler_nursery=nursery)
+
+        nursery.start_soon(serve)
+        scheme = "https" if tls else "http"
+        log.info("serving the HTTP API on %s://%s:%d", scheme, bound[0], bound[1])
 
     async def _serve(
         self, listeners: list[trio.abc.Listener[trio.abc.Stream]], scope: trio.CancelScope
@@ -851,13 +915,14 @@ class Node:
             host, port = parse_address(address)
             if index == self.replica_index and self.address is not None:
                 port = self.address[1]
+            http_port = self._http_port(index)
             nodes.append(
                 wire.ClusterNode(
                     name=name,
                     ip=host,
                     tcp_port=port,
                     quic_port=0,
-                    http_port=0,
+                    http_port=http_port,
                     websocket_port=0,
                     role=(
                         wire.ClusterNodeRole.LEADER
@@ -868,6 +933,19 @@ class Node:
                 )
             )
         return wire.ClusterMetadata(name=self.config.cluster_name, nodes=tuple(nodes))
+
+    def _http_port(self, index: int) -> int:
+        """Node ``index``'s HTTP port as cluster metadata reports it (0: none known)."""
+        if index == self.replica_index:
+            if self.http_address is not None:
+                return self.http_address[1]
+            if not self.config.http_address:
+                return 0
+        if self.config.http_addresses:
+            return parse_address(self.config.http_addresses[index])[1]
+        if index == self.replica_index:
+            return parse_address(self.config.http_address)[1]
+        return 0
 
     # -- requests ---------------------------------------------------------------------------
 

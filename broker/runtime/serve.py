@@ -258,4 +258,15 @@ def run_node(config: Config) -> None:
     )
     logging.getLogger(ACCEPT_ERROR_LOGGER).addFilter(AcceptErrorFilter())
     config = prepare_descriptors(config)
-    trio.run(serve_until_signalled, config)
+    try:
+        trio.run(serve_until_signalled, config)
+    except BaseExceptionGroup as group:
+        # A fatal exit with a reason (a listener that cannot bind, an unreadable
+        # certificate) comes out of the nurseries wrapped: exit with the reason alone.
+        exits, rest = group.split(SystemExit)
+        if exits is None or rest is not None:
+            raise
+        first: BaseException = exits
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None

@@ -100,6 +100,8 @@ def start_node(
     }
     environment["VIEWSTREAM_ROOT_PASSWORD"] = ROOT_PASSWORD
     environment["VIEWSTREAM_LOG_LEVEL"] = "warning"
+    # The HTTP listener's default port is fixed: tests that want it pass a free one.
+    environment["VIEWSTREAM_HTTP_ADDRESS"] = ""
     environment.update(env or {})
     process = subprocess.Popen(
         [

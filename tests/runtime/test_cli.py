@@ -90,6 +90,8 @@ def test_cluster_up_detached_then_down(tmp_path: Path) -> None:
             str(base),
             "--bus-base-port",
             str(bus),
+            "--http-base-port",
+            str(free_port()),
             "--detach",
         ],
         env=environment,

@@ -110,6 +110,7 @@ def start_limited_node(
     environment.update(
         VIEWSTREAM_ROOT_PASSWORD=ROOT_PASSWORD,
         VIEWSTREAM_LOG_LEVEL="info",
+        VIEWSTREAM_HTTP_ADDRESS="",  # port 3000 is fixed: not ours to take in a test
         VIEWSTREAM_LIMITS__CONNECTIONS_MAX=str(CONNECTIONS_MAX),
         VIEWSTREAM_LIMITS__PARTITION_DESCRIPTORS_RESERVED=str(RESERVED),
     )

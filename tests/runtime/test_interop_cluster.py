@@ -58,11 +58,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     folder: Path = tmp_path_factory.mktemp("cluster")
     base, bus = free_port(), free_port()
     # Three consecutive free ports are not guaranteed; pick bases far apart and retry.
-    layout = ClusterLayout(folder, 3, base, bus)
+    layout = ClusterLayout(folder, 3, base, bus, free_port())
     for _ in range(5):
         if all(_port_free(p) for p in _ports(layout)):
             break
-        layout = ClusterLayout(folder, 3, free_port(), free_port())
+        layout = ClusterLayout(folder, 3, free_port(), free_port(), free_port())
     processes = start_cluster(layout, root_password=ROOT_PASSWORD, tick_ms=TICK_MS, echo=False)
     try:
         yield Cluster(layout, processes)
@@ -74,7 +74,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def _ports(layout: ClusterLayout) -> list[int]:
-    return [int(a.rpartition(":")[2]) for a in layout.client_addresses + layout.bus_addresses]
+    return [
+        int(a.rpartition(":")[2])
+        for a in layout.client_addresses + layout.bus_addresses + layout.http_addresses
+    ]
 
 
 def _port_free(port: int) -> bool:

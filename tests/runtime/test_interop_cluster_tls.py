@@ -73,11 +73,11 @@ LOG_WAIT_S = 10.0
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     folder: Path = tmp_path_factory.mktemp("tls-cluster")
-    layout = ClusterLayout(folder, 3, free_port(), free_port(), bus_tls=True)
+    layout = ClusterLayout(folder, 3, free_port(), free_port(), free_port(), bus_tls=True)
     for _ in range(5):
         if all(_port_free(p) for p in _ports(layout)):
             break
-        layout = ClusterLayout(folder, 3, free_port(), free_port(), bus_tls=True)
+        layout = ClusterLayout(folder, 3, free_port(), free_port(), free_port(), bus_tls=True)
     try:
         processes = start_cluster(layout, root_password=ROOT_PASSWORD, tick_ms=TICK_MS, echo=False)
     except RuntimeError as error:

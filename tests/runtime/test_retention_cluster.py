@@ -53,11 +53,11 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     folder: Path = tmp_path_factory.mktemp("retention-cluster")
-    layout = ClusterLayout(folder, NODES, free_port(), free_port())
+    layout = ClusterLayout(folder, NODES, free_port(), free_port(), free_port())
     for _ in range(5):
         if all(_port_free(p) for p in _ports(layout)):
             break
-        layout = ClusterLayout(folder, NODES, free_port(), free_port())
+        layout = ClusterLayout(folder, NODES, free_port(), free_port(), free_port())
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("VIEWSTREAM_RETENTION_INTERVAL_S", "1")
         processes = start_cluster(layout, root_password=ROOT_PASSWORD, tick_ms=TICK_MS, echo=False)

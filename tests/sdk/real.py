@@ -81,7 +81,7 @@ def _port_free(port: int) -> bool:
 def _layout(folder: Path, nodes: int) -> ClusterLayout:
     """A layout whose client and bus ports are all free right now."""
     for _ in range(PORT_TRIES):
-        layout = ClusterLayout(folder, nodes, free_port(), free_port())
+        layout = ClusterLayout(folder, nodes, free_port(), free_port(), free_port())
         ports = [int(a.rpartition(":")[2]) for a in layout.client_addresses + layout.bus_addresses]
         if len(set(ports)) == len(ports) and all(_port_free(p) for p in ports):
             return layout
