@@ -273,6 +273,8 @@ def node_setup(
                 "serve",
                 "--address",
                 clients[index],
+                "--ws-address",
+                "",
                 "--data-dir",
                 str(folder / f"node-{index}"),
             ]

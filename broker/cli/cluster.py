@@ -42,10 +42,19 @@ class ClusterLayout:
     nodes: int
     base_port: int
     bus_base_port: int
+    ws_base_port: int = 0
+    """WebSocket port of node 0 (node i: +i); 0: the nodes have no WebSocket listener."""
 
     @property
     def client_addresses(self) -> list[str]:
         return [f"127.0.0.1:{self.base_port + i}" for i in range(self.nodes)]
+
+    @property
+    def ws_addresses(self) -> list[str]:
+        """Each node's WebSocket listener; empty when they have none."""
+        if not self.ws_base_port:
+            return []
+        return [f"127.0.0.1:{self.ws_base_port + i}" for i in range(self.nodes)]
 
     @property
     def bus_addresses(self) -> list[str]:
@@ -105,6 +114,11 @@ def start_node_process(
         "--client-addresses",
         ",".join(layout.client_addresses),
     ]
+    ws = layout.ws_addresses
+    if ws:
+        command += ["--ws-address", ws[index], "--ws-addresses", ",".join(ws)]
+    else:
+        command += ["--ws-address", ""]
     if no_sync:
         command.append("--no-sync")
     path = log_path(layout, index)
@@ -170,6 +184,7 @@ def start_cluster(
             "nodes": layout.nodes,
             "client_addresses": layout.client_addresses,
             "bus_addresses": layout.bus_addresses,
+            "ws_addresses": layout.ws_addresses,
             "pids": [p.pid for p in processes],
         }
         (layout.folder / "cluster.json").write_text(json.dumps(state, indent=2), encoding="utf-8")

@@ -31,6 +31,7 @@ from broker.state.option_values import parse_duration_us, parse_size_bytes
 
 ENV_PREFIX = "VIEWSTREAM_"
 DEFAULT_ADDRESS = "127.0.0.1:8090"
+DEFAULT_WS_ADDRESS = "127.0.0.1:8092"
 NODE_NAME_SIZE_MAX = 255
 """Bytes of UTF-8 in a cluster or node name: the wire gives a name a one-byte length."""
 DEFAULT_DATA_DIR = Path("local_data")
@@ -199,6 +200,13 @@ class Config(BaseSettings):
     )
 
     address: str = Field(DEFAULT_ADDRESS, description="Client listener, HOST:PORT.")
+    ws_address: str = Field(
+        DEFAULT_WS_ADDRESS,
+        description="WebSocket client listener, HOST:PORT: Iggy's binary frames in binary "
+        "WebSocket messages (the SDK's `iggy+ws://`), with the same connection handling and "
+        "limits as `address`, and TLS when `tls_cert_file` is set. Empty: no WebSocket "
+        "listener.",
+    )
     data_dir: Path = Field(DEFAULT_DATA_DIR, description="Where journals and superblocks live.")
     replica: int = Field(0, ge=0, description="This node's index in `replicas`.")
     replicas: list[str] = Field(
@@ -210,6 +218,12 @@ class Config(BaseSettings):
         default_factory=list,
         description="Client listener HOST:PORT of every node, in replica order, as cluster "
         "metadata advertises them to clients; empty means just `address`.",
+    )
+    ws_addresses: list[str] = Field(
+        default_factory=list,
+        description="WebSocket HOST:PORT of every node, in replica order, as cluster "
+        "metadata advertises them (an empty entry: that node has none); empty means only "
+        "this node's own listener is reported, the others' WebSocket port as 0.",
     )
     cluster_name: str = Field(
         "viewstream",
@@ -283,6 +297,21 @@ class Config(BaseSettings):
         parse_address(value)
         return value
 
+    @field_validator("ws_address")
+    @classmethod
+    def _check_ws_address(cls, value: str) -> str:
+        if value:
+            parse_address(value)
+        return value
+
+    @field_validator("ws_addresses")
+    @classmethod
+    def _check_ws_addresses(cls, value: list[str]) -> list[str]:
+        for address in value:
+            if address:
+                parse_address(address)
+        return value
+
     @field_validator("replicas")
     @classmethod
     def _check_replicas(cls, value: list[str]) -> list[str]:
@@ -331,6 +360,11 @@ class Config(BaseSettings):
             raise ValueError(
                 f"client_addresses lists {len(self.client_addresses)} nodes, replicas {count}"
             )
+        ws = self.ws_host_port
+        if ws is not None and ws[1] != 0 and ws == self.host_port:
+            raise ValueError(f"ws_address {self.ws_address} is the client listener's address")
+        if self.ws_addresses and len(self.ws_addresses) != count:
+            raise ValueError(f"ws_addresses lists {len(self.ws_addresses)} nodes, replicas {count}")
         if self.node_names and len(self.node_names) != count:
             raise ValueError(f"node_names lists {len(self.node_names)} nodes, replicas {count}")
         if self.node_name is not None:
@@ -377,6 +411,11 @@ class Config(BaseSettings):
     @property
     def host_port(self) -> tuple[str, int]:
         return parse_address(self.address)
+
+    @property
+    def ws_host_port(self) -> tuple[str, int] | None:
+        """The WebSocket listener's address, or None when it is off."""
+        return parse_address(self.ws_address) if self.ws_address else None
 
     @classmethod
     def settings_customise_sources(

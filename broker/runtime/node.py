@@ -47,11 +47,11 @@ Invariants:
 Theory of operation: ``run`` opens the metadata group first (recovering and replaying
 it), which reconciles the partition groups after every applied op; then it starts the
 ticker (a fixed-rate schedule on trio's clock, so it never drifts), the replica bus (in a
-cluster) and the client listener (TLS when configured). ``handle`` is called by a
-connection task for each frame, in order, and returns the reply frame(s). In a cluster an
-auto-commit poll or an offset write from the official SDK is routed (POLL_ROUTING,
-CONSUMER_OFFSET_ROUTING) to the partition group's primary, where the client attaches its
-session and polls (POLL_PRIMARY); a primary that lost its role answers
+cluster) and the client listeners, TCP and WebSocket (TLS when configured). ``handle`` is
+called by a connection task for each frame, in order, and returns the reply frame(s). In a
+cluster an auto-commit poll or an offset write from the official SDK is routed
+(POLL_ROUTING, CONSUMER_OFFSET_ROUTING) to the partition group's primary, where the client
+attaches its session and polls (POLL_PRIMARY); a primary that lost its role answers
 TransientNotAccepted and the client routes again.
 """
 
@@ -271,6 +271,8 @@ class Node:
         self.bus: Any = None
         """The replica bus (``broker.runtime.bus.ReplicaBus``) in a cluster."""
         self.address: tuple[str, int] | None = None
+        self.ws_address: tuple[str, int] | None = None
+        """Where the WebSocket listener is bound, or None (off, or not yet listening)."""
 
     # -- groups -----------------------------------------------------------------------------
 
@@ -438,21 +440,43 @@ class Node:
                 listeners = [
                     trio.SSLListener(listener, tls, https_compatible=False) for listener in sockets
                 ]
-            listen_scope = trio.CancelScope()
-            nursery.start_soon(self._serve, listeners, listen_scope)
+            listen_scopes = [trio.CancelScope()]
+            nursery.start_soon(self._serve, listeners, listen_scopes[0])
             log.info("serving clients on %s:%d%s", bound[0], bound[1], " (TLS)" if tls else "")
+            ws = self.config.ws_host_port
+            if ws is not None:
+                ws_sockets = await trio.open_tcp_listeners(ws[1], host=ws[0])
+                ws_bound = ws_sockets[0].socket.getsockname()
+                self.ws_address = (ws_bound[0], ws_bound[1])
+                ws_listeners: list[trio.abc.Listener[trio.abc.Stream]] = list(ws_sockets)
+                if tls is not None:
+                    ws_listeners = [
+                        trio.SSLListener(listener, tls, https_compatible=False)
+                        for listener in ws_sockets
+                    ]
+                listen_scopes.append(trio.CancelScope())
+                nursery.start_soon(
+                    functools.partial(self._serve, websocket=True), ws_listeners, listen_scopes[1]
+                )
+                log.info(
+                    "serving WebSocket clients on %s:%d%s",
+                    ws_bound[0],
+                    ws_bound[1],
+                    " (TLS)" if tls else "",
+                )
             task_status.started(self.address)
             await self._shutdown.wait()
-            await self._stop(listen_scope)
+            await self._stop(listen_scopes)
             nursery.cancel_scope.cancel()
 
     def request_shutdown(self) -> None:
         self._shutdown.set()
 
-    async def _stop(self, listen_scope: trio.CancelScope) -> None:
+    async def _stop(self, listen_scopes: list[trio.CancelScope]) -> None:
         with trio.CancelScope(shield=True):
             self.stopping = True
-            listen_scope.cancel()
+            for scope in listen_scopes:
+                scope.cancel()
             for connection in list(self.open_connections):
                 connection.shutdown()
             with trio.move_on_after(SHUTDOWN_CONNECTIONS_TIMEOUT_S):
@@ -486,12 +510,16 @@ class Node:
         return context
 
     async def _serve(
-        self, listeners: list[trio.abc.Listener[trio.abc.Stream]], scope: trio.CancelScope
+        self,
+        listeners: list[trio.abc.Listener[trio.abc.Stream]],
+        scope: trio.CancelScope,
+        *,
+        websocket: bool = False,
     ) -> None:
         from broker.runtime.connection import serve_connection
 
         async def accept(stream: trio.abc.Stream) -> None:
-            await serve_connection(self, stream)
+            await serve_connection(self, stream, websocket=websocket)
 
         with scope:
             await trio.serve_listeners(accept, listeners)
@@ -824,6 +852,7 @@ class Node:
             host, port = parse_address(address)
             if index == self.replica_index and self.address is not None:
                 port = self.address[1]
+            ws_port = self._ws_port(index)
             nodes.append(
                 wire.ClusterNode(
                     name=name,
@@ -831,7 +860,7 @@ class Node:
                     tcp_port=port,
                     quic_port=0,
                     http_port=0,
-                    websocket_port=0,
+                    websocket_port=ws_port,
                     role=(
                         wire.ClusterNodeRole.LEADER
                         if index == primary
@@ -841,6 +870,16 @@ class Node:
                 )
             )
         return wire.ClusterMetadata(name=self.config.cluster_name, nodes=tuple(nodes))
+
+    def _ws_port(self, index: int) -> int:
+        """Node ``index``'s WebSocket port as cluster metadata reports it: this node's
+        bound listener, another's from ``ws_addresses``; 0 for none or unknown."""
+        if index == self.replica_index:
+            return 0 if self.ws_address is None else self.ws_address[1]
+        addresses = self.config.ws_addresses
+        if index < len(addresses) and addresses[index]:
+            return parse_address(addresses[index])[1]
+        return 0
 
     # -- requests ---------------------------------------------------------------------------
 
