@@ -295,7 +295,9 @@ def stats(target: Target, *, as_json: bool) -> str:
             f"msgs/prepare {group['messages_per_prepare']:.1f}  "
             f"bytes/prepare {group['bytes_per_prepare']:.0f}  syncs {group['syncs']}  "
             f"msgs/sync {group['messages_per_sync']:.1f}  "
-            f"bytes to replicas {group['bytes_to_replicas']}"
+            f"bytes to replicas {group['bytes_to_replicas']}  "
+            f"view changes {group.get('view_changes', 0)}  "
+            f"segments retained {group.get('segments_retained', 0)}"
         )
     return "\n".join(lines)
 

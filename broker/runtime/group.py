@@ -759,7 +759,7 @@ class GroupHost:
         floor = min(retired_below, store.superblock.state.checkpoint + 1)
         if store.retain_due(floor):
             retain = partial(self._with_journal_busy, store.retain, floor)
-            await self._storage_action("retention", retain)
+            self.counters.segments_retained += await self._storage_action("retention", retain)
         if not self._sync_in_flight and store.retain_waits_for_sync(floor):
             # The journal deletes only what it synced, and a replicated group's journal
             # is not synced as it appends: one sync lets the deletion go on (its
@@ -784,6 +784,8 @@ class GroupHost:
             changed = seen is not None and (
                 view[0] != seen[0] or Status.VIEW_CHANGE in (replica.status, seen[1])
             )
+            if seen is not None and view[0] > seen[0]:
+                self.counters.view_changes += 1
             if changed:
                 role = "primary" if replica.is_primary else f"backup of {replica.primary}"
                 log.info(
@@ -798,6 +800,7 @@ class GroupHost:
         peer = replica.state_transfer_peer
         if peer != self._transfer_seen:
             if peer is not None:
+                self.counters.state_transfers += 1
                 log.info("%s: state transfer from replica %d started", self._name(), peer)
             else:
                 log.info("%s: state transfer ended at op %d", self._name(), replica.commit_min)

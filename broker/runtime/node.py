@@ -133,7 +133,13 @@ from broker.runtime.group import (
     PartitionIds,
     ReplyWaiter,
 )
-from broker.runtime.stats import NodeCounters, StatsReport, group_report
+from broker.runtime.stats import (
+    UNKNOWN_COMMAND,
+    NodeCounters,
+    RequestCounters,
+    StatsReport,
+    group_report,
+)
 from broker.runtime.store import remove_group_dir, tombstoned_names, write_tombstone
 from broker.runtime.throttle import (
     HOST_LOGINS_WAITING_MAX,
@@ -218,6 +224,8 @@ class Node:
         self.config = config
         self.announce = announce
         self.counters = NodeCounters()
+        self.requests = RequestCounters()
+        """Answered requests by command (latency histograms) and refusals by code."""
         self.started_at_us = now_us()
         self.started_at = time.monotonic()
         self.data_dir = Path(config.data_dir)
@@ -886,7 +894,9 @@ class Node:
     async def handle(self, context: ConnectionContext, frame: Frame) -> Response:
         """Answer one request frame (called in order, one at a time per connection)."""
         self.counters.requests += 1
+        started = trio.current_time()
         response = await self._handle(context, frame)
+        self.requests.observe(_command_label(frame), trio.current_time() - started, response.parts)
         if response.refusal:
             self.log_refusal(context, _command_name(frame), response.refusal, frame=frame)
         return response
@@ -1333,6 +1343,15 @@ def _command_name(frame: Frame) -> str:
         return request_command_code(header).name
     except ProtocolError:
         return f"{header.operation.name} (code {header.code})"
+
+
+def _command_label(frame: Frame) -> str:
+    """The command a frame carries, as a metrics label: a ``CommandCode`` name, or
+    ``UNKNOWN_COMMAND`` (the label set stays bounded whatever clients send)."""
+    try:
+        return request_command_code(frame.request_header()).name
+    except ProtocolError:
+        return UNKNOWN_COMMAND
 
 
 def _plain(counters: NodeCounters) -> dict[str, Any]:
