@@ -111,6 +111,14 @@ def _replica_field(name: str) -> Callable[[GroupHost, GroupCounters], float]:
     return read
 
 
+def _partition_state(host: GroupHost, name: str) -> float:
+    machine = host.partition_machine
+    if machine is None:
+        return 0
+    value: int = getattr(machine.state, name)
+    return value
+
+
 NODE_SERIES: Final = (
     NodeSeries(
         "uptime_seconds",
@@ -380,6 +388,30 @@ GROUP_SERIES: Final = (
         _group_counter("segments_retained"),
     ),
     GroupSeries(
+        "group_current_offset",
+        "gauge",
+        "A partition's newest committed offset as this node applied it (0 for an empty "
+        "partition, as Iggy reports it; 0 for the metadata group). Consumer lag is this "
+        "minus a consumer's stored offset.",
+        lambda host, _: _partition_state(host, "current_offset"),
+    ),
+    GroupSeries(
+        "group_retained_messages",
+        "gauge",
+        "Messages of a partition a poll can still return here (from its first retained "
+        "offset to its head; purges and retention take messages out). 0 for the metadata "
+        "group.",
+        lambda host, _: _partition_state(host, "retained_messages"),
+    ),
+    GroupSeries(
+        "group_retained_bytes",
+        "gauge",
+        "Bytes of a partition's committed batches that hold a retained message (a batch "
+        "straddling the retained start counts whole), as GET_STATS adds them up. 0 for the "
+        "metadata group.",
+        lambda host, _: _partition_state(host, "retained_bytes"),
+    ),
+    GroupSeries(
         "group_view",
         "gauge",
         "The view this replica of the group is in (0 while the group opens).",
@@ -585,9 +617,13 @@ def render_metrics(node: Node) -> tuple[bytes, str]:
     return body, CONTENT_TYPE_PLAIN_0_0_4
 
 
-def metric_names() -> list[str]:
-    """Every metric family name this module renders (for the docs check)."""
-    names = [PREFIX + series.name for series in (*NODE_SERIES, *GROUP_SERIES)]
+def metric_help() -> dict[str, str]:
+    """Every metric family this module renders, by name, with its HELP text (for the
+    docs check)."""
     extra = (GROUP_INFO, REQUEST_DURATION, REQUESTS_REFUSED, REQUESTS_REJECTED, EVICTIONS)
-    names += [PREFIX + series.name for series in extra]
-    return names
+    return {PREFIX + series.name: series.help for series in (*NODE_SERIES, *GROUP_SERIES, *extra)}
+
+
+def metric_names() -> list[str]:
+    """Every metric family name this module renders."""
+    return list(metric_help())

@@ -24,7 +24,8 @@ Invariants:
    time; a message is at most ``message_size_bytes_max`` (the node's largest frame),
    checked as its bytes arrive; a larger one is refused (close code 1009) before it is
    buffered.
-3. Writes are serialised: a reply and a pong never interleave on the socket.
+3. Writes are serialised: a reply and a pong never interleave on the socket, and a
+   control frame is never cut by a cancelled read.
 4. A WebSocket protocol violation (a text message, a bad frame, an unmasked client frame,
    an oversized message) is answered with a close frame naming it, recorded in
    ``failure``, and seen by the connection as the end of its stream.
@@ -275,7 +276,13 @@ class WebSocketStream(trio.abc.Stream):
 
     async def _send_event(self, event: Event) -> None:
         """Send a control frame, if the connection still takes frames; a client gone is
-        found by the next read."""
+        found by the next read. The send is shielded (and bounded by ``CLOSE_TIMEOUT_S``):
+        a read cancelled by the connection's timers must not leave half a frame on the
+        socket ahead of the next reply."""
+        with trio.CancelScope(shield=True):
+            await self._send_control(event)
+
+    async def _send_control(self, event: Event) -> None:
         async with self._send_lock:
             try:
                 data = self._ws.send(event)

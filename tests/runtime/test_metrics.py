@@ -15,7 +15,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.runtime.config import load_config
-from broker.runtime.metrics import metric_names, render_metrics
+from broker.runtime.metrics import metric_help, metric_names, render_metrics
 from broker.runtime.node import Node
 from sdk import AsyncClient, ClientConfig, ConsumerRef, Partitioning, PollingStrategy
 from sdk.errors import IggyError
@@ -158,6 +158,16 @@ def test_metrics_move_with_the_load_and_messages_in_equal_messages_sent(tmp_path
     ]
     batches = [len(range(p, BATCHES, PARTITIONS)) for p in range(PARTITIONS)]
     assert per_partition == [b * BATCH_MESSAGES for b in batches]
+    retained = [
+        total(after, "viewstream_group_retained_messages", group=group_of[str(p)])
+        for p in range(PARTITIONS)
+    ]
+    assert retained == per_partition
+    heads = [
+        total(after, "viewstream_group_current_offset", group=group_of[str(p)])
+        for p in range(PARTITIONS)
+    ]
+    assert heads == [count - 1 for count in per_partition]
     # The counters only grew while they were scraped under load, and ended where the
     # final scrape says.
     series = "viewstream_group_prepare_messages_total"
@@ -182,7 +192,11 @@ def test_metrics_move_with_the_load_and_messages_in_equal_messages_sent(tmp_path
 
 def test_every_metric_is_documented_with_its_help() -> None:
     operations = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
-    missing = [name for name in metric_names() if f"`{name}`" not in operations]
+    missing = [
+        name
+        for name, help_text in metric_help().items()
+        if f"`{name}`" not in operations or f"| {help_text} |" not in operations
+    ]
     assert missing == []
 
 
