@@ -198,7 +198,7 @@ def cluster_up(
     if nodes not in (1, 3, 5):
         typer.echo("a cluster has 1, 3 or 5 nodes", err=True)
         raise typer.Exit(2)
-    layout = ClusterLayout(folder, nodes, base_port, bus_base_port, ws_base_port)
+    layout = ClusterLayout(folder, nodes, base_port, bus_base_port, ws_base_port=ws_base_port)
     raise typer.Exit(run_up(layout, root_password=None, no_sync=no_sync, detach=detach))
 
 

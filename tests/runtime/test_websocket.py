@@ -103,7 +103,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     folder: Path = tmp_path_factory.mktemp("ws-cluster")
 
     def layout() -> ClusterLayout:
-        return ClusterLayout(folder, 3, free_port(), free_port(), free_port())
+        return ClusterLayout(folder, 3, free_port(), free_port(), ws_base_port=free_port())
 
     chosen = layout()
     for _ in range(5):  # three consecutive free ports per listener are not guaranteed
