@@ -188,3 +188,30 @@ def test_bad_retention_settings_stop_the_node_naming_them(
     with pytest.raises(ConfigError) as refused:
         load_config()
     assert name.lower().replace("__", ".") in str(refused.value)
+
+
+def test_the_websocket_listener_is_on_by_default_and_empty_turns_it_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = load_config()
+    assert config.ws_address == "127.0.0.1:8092"
+    assert config.ws_host_port == ("127.0.0.1", 8092)
+    monkeypatch.setenv("VIEWSTREAM_WS_ADDRESS", "")
+    assert load_config().ws_host_port is None
+    assert load_config(ws_address="127.0.0.1:9192").ws_host_port == ("127.0.0.1", 9192)
+
+
+@pytest.mark.parametrize(
+    ("flags", "problem"),
+    [
+        ({"ws_address": "nowhere"}, "ws_address"),
+        ({"ws_address": "127.0.0.1:8090"}, "the client listener's address"),
+        ({"ws_addresses": ["127.0.0.1:1", "127.0.0.1:2"]}, "ws_addresses lists 2 nodes"),
+        ({"ws_addresses": ["127.0.0.1:x"]}, "ws_addresses"),
+    ],
+)
+def test_bad_websocket_settings_stop_the_node_naming_them(
+    flags: dict[str, object], problem: str
+) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        load_config(**flags)
