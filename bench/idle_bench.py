@@ -102,6 +102,7 @@ def run_node(partitions: int, seconds: float, settle_s: float) -> float:
         address = f"127.0.0.1:{_free_port()}"
         _raise_descriptor_limit()  # the node inherits it
         command = [sys.executable, "-c", _LAUNCH, "serve", "--address", address]
+        command += ["--ws-address", ""]
         command += ["--data-dir", str(folder / "node")]
         process = subprocess.Popen(
             command,

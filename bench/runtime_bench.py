@@ -274,6 +274,8 @@ def node_setup(
                 "serve",
                 "--address",
                 clients[index],
+                "--ws-address",
+                "",
                 "--data-dir",
                 str(folder / f"node-{index}"),
             ]

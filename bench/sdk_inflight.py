@@ -90,6 +90,8 @@ def running_node(folder: Path) -> Iterator[Node]:
             "serve",
             "--address",
             "127.0.0.1:0",
+            "--ws-address",
+            "",
             "--data-dir",
             str(folder / "data"),
         ],

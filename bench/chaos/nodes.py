@@ -371,6 +371,8 @@ class ChaosCluster:
             "serve",
             "--address",
             node.client_address,
+            "--ws-address",
+            "",
             "--data-dir",
             str(node.data_dir),
             "--replica",

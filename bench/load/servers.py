@@ -204,6 +204,7 @@ def embedded_server(
         if kind is Embedded.SINGLE:
             log = folder / "node-0.log"
             args = ["serve", "--address", "127.0.0.1:0", "--data-dir", str(folder / "node-0")]
+            args += ["--ws-address", ""]  # no WebSocket listener: runs may share the host
             args += ["--no-sync"] if no_sync else []
             server.processes.append(
                 _start(command + args, log, _environment(password, None), folder)
@@ -220,6 +221,8 @@ def embedded_server(
                     "serve",
                     "--address",
                     clients[index],
+                    "--ws-address",
+                    "",
                     "--data-dir",
                     str(folder / f"node-{index}"),
                     "--replica",

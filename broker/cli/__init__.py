@@ -105,6 +105,20 @@ def serve(
         str | None,
         typer.Option("--replicas", help="Replica-bus HOST:PORT of every node, comma-separated."),
     ] = None,
+    ws_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ws-address",
+            help="WebSocket listener HOST:PORT (default 127.0.0.1:8092); empty: none.",
+        ),
+    ] = None,
+    ws_addresses: Annotated[
+        str | None,
+        typer.Option(
+            "--ws-addresses",
+            help="WebSocket HOST:PORT of every node, comma-separated (cluster metadata).",
+        ),
+    ] = None,
     client_addresses: Annotated[
         str | None,
         typer.Option(
@@ -151,6 +165,8 @@ def serve(
             replica=replica,
             replicas=_split(replicas),
             client_addresses=_split(client_addresses),
+            ws_address=ws_address,
+            ws_addresses=_split(ws_addresses),
             cluster_name=cluster_name,
             node_names=_split(node_names),
             node_name=node_name,
@@ -183,6 +199,10 @@ def cluster_up(
     http_base_port: Annotated[
         int, typer.Option("--http-base-port", help="HTTP API port of node 0; node i uses +i.")
     ] = 3000,
+    ws_base_port: Annotated[
+        int,
+        typer.Option("--ws-base-port", help="WebSocket port of node 0; node i uses +i; 0: none."),
+    ] = 8190,
     no_sync: Annotated[bool, typer.Option("--no-sync", help="Never fsync.")] = False,
     detach: Annotated[bool, typer.Option("--detach", help="Return once the nodes listen.")] = False,
     bus_tls: Annotated[
@@ -206,7 +226,13 @@ def cluster_up(
         typer.echo("a cluster has 1, 3 or 5 nodes", err=True)
         raise typer.Exit(2)
     layout = ClusterLayout(
-        folder, nodes, base_port, bus_base_port, http_base_port=http_base_port, bus_tls=bus_tls
+        folder,
+        nodes,
+        base_port,
+        bus_base_port,
+        http_base_port=http_base_port,
+        ws_base_port=ws_base_port,
+        bus_tls=bus_tls,
     )
     raise typer.Exit(run_up(layout, root_password=None, no_sync=no_sync, detach=detach))
 

@@ -313,7 +313,9 @@ def stats(target: Target, *, as_json: bool) -> str:
             f"msgs/prepare {group['messages_per_prepare']:.1f}  "
             f"bytes/prepare {group['bytes_per_prepare']:.0f}  syncs {group['syncs']}  "
             f"msgs/sync {group['messages_per_sync']:.1f}  "
-            f"bytes to replicas {group['bytes_to_replicas']}"
+            f"bytes to replicas {group['bytes_to_replicas']}  "
+            f"view changes {group.get('view_changes', 0)}  "
+            f"segments deleted {group.get('segments_deleted', 0)}"
         )
     return "\n".join(lines)
 

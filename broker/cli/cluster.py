@@ -45,6 +45,8 @@ class ClusterLayout:
     base_port: int
     bus_base_port: int
     http_base_port: int = 3000
+    ws_base_port: int = 0
+    """WebSocket port of node 0 (node i: +i); 0: the nodes have no WebSocket listener."""
     bus_tls: bool = False
     """Run the replica bus over mutual TLS with the certificates in ``bus_tls_folder``."""
 
@@ -68,6 +70,13 @@ class ClusterLayout:
     @property
     def client_addresses(self) -> list[str]:
         return [f"127.0.0.1:{self.base_port + i}" for i in range(self.nodes)]
+
+    @property
+    def ws_addresses(self) -> list[str]:
+        """Each node's WebSocket listener; empty when they have none."""
+        if not self.ws_base_port:
+            return []
+        return [f"127.0.0.1:{self.ws_base_port + i}" for i in range(self.nodes)]
 
     @property
     def bus_addresses(self) -> list[str]:
@@ -154,6 +163,11 @@ def start_node_process(
         "--http-addresses",
         ",".join(layout.http_addresses),
     ]
+    ws = layout.ws_addresses
+    if ws:
+        command += ["--ws-address", ws[index], "--ws-addresses", ",".join(ws)]
+    else:
+        command += ["--ws-address", ""]
     if no_sync:
         command.append("--no-sync")
     path = log_path(layout, index)
@@ -221,6 +235,7 @@ def start_cluster(
             "nodes": layout.nodes,
             "client_addresses": layout.client_addresses,
             "bus_addresses": layout.bus_addresses,
+            "ws_addresses": layout.ws_addresses,
             "pids": [p.pid for p in processes],
         }
         (layout.folder / "cluster.json").write_text(json.dumps(state, indent=2), encoding="utf-8")

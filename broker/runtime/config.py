@@ -32,6 +32,7 @@ from broker.state.option_values import parse_duration_us, parse_size_bytes
 ENV_PREFIX = "VIEWSTREAM_"
 DEFAULT_ADDRESS = "127.0.0.1:8090"
 DEFAULT_HTTP_ADDRESS = "127.0.0.1:3000"
+DEFAULT_WS_ADDRESS = "127.0.0.1:8092"
 NODE_NAME_SIZE_MAX = 255
 """Bytes of UTF-8 in a cluster or node name: the wire gives a name a one-byte length."""
 DEFAULT_DATA_DIR = Path("local_data")
@@ -211,6 +212,13 @@ class Config(BaseSettings):
         description="Iggy's HTTP REST API listener, HOST:PORT; empty turns it off. It "
         "speaks TLS with `tls_cert_file` / `tls_key_file` when those are set.",
     )
+    ws_address: str = Field(
+        DEFAULT_WS_ADDRESS,
+        description="WebSocket client listener, HOST:PORT: Iggy's binary frames in binary "
+        "WebSocket messages (the SDK's `iggy+ws://`), with the same connection handling and "
+        "limits as `address`, and TLS when `tls_cert_file` is set. Empty: no WebSocket "
+        "listener.",
+    )
     data_dir: Path = Field(DEFAULT_DATA_DIR, description="Where journals and superblocks live.")
     replica: int = Field(0, ge=0, description="This node's index in `replicas`.")
     replicas: list[str] = Field(
@@ -241,6 +249,11 @@ class Config(BaseSettings):
         le=7 * 86_400,
         description="Lifetime of an access token issued by `POST /users/login` (Iggy's "
         "default: 1 hour).",
+    ws_addresses: list[str] = Field(
+        default_factory=list,
+        description="WebSocket HOST:PORT of every node, in replica order, as cluster "
+        "metadata advertises them (an empty entry: that node has none); empty means only "
+        "this node's own listener is reported, the others' WebSocket port as 0.",
     )
     cluster_name: str = Field(
         "viewstream",
@@ -335,11 +348,26 @@ class Config(BaseSettings):
             parse_address(value)
         return value
 
+    @field_validator("ws_address")
+    @classmethod
+    def _check_ws_address(cls, value: str) -> str:
+        if value:
+            parse_address(value)
+        return value
+
     @field_validator("http_addresses")
     @classmethod
     def _check_http_addresses(cls, value: list[str]) -> list[str]:
         for address in value:
             parse_address(address)
+        return value
+
+    @field_validator("ws_addresses")
+    @classmethod
+    def _check_ws_addresses(cls, value: list[str]) -> list[str]:
+        for address in value:
+            if address:
+                parse_address(address)
         return value
 
     @field_validator("replicas")
@@ -399,6 +427,11 @@ class Config(BaseSettings):
             and len(self.http_token_secret.get_secret_value()) < 16
         ):
             raise ValueError("http_token_secret must be at least 16 characters")
+        ws = self.ws_host_port
+        if ws is not None and ws[1] != 0 and ws == self.host_port:
+            raise ValueError(f"ws_address {self.ws_address} is the client listener's address")
+        if self.ws_addresses and len(self.ws_addresses) != count:
+            raise ValueError(f"ws_addresses lists {len(self.ws_addresses)} nodes, replicas {count}")
         if self.node_names and len(self.node_names) != count:
             raise ValueError(f"node_names lists {len(self.node_names)} nodes, replicas {count}")
         if self.node_name is not None:
@@ -455,6 +488,11 @@ class Config(BaseSettings):
     @property
     def host_port(self) -> tuple[str, int]:
         return parse_address(self.address)
+
+    @property
+    def ws_host_port(self) -> tuple[str, int] | None:
+        """The WebSocket listener's address, or None when it is off."""
+        return parse_address(self.ws_address) if self.ws_address else None
 
     @classmethod
     def settings_customise_sources(

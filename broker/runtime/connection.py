@@ -39,7 +39,10 @@ Invariants:
    end. A waiting connection holds besides at most the rest of its last read.
 
 With TLS configured the stream is a trio ``SSLStream``: its handshake is bounded by
-``frame_read_timeout_s`` and a failed one ends the connection before any frame.
+``frame_read_timeout_s`` and a failed one ends the connection before any frame. A
+WebSocket connection (``broker.runtime.websocket``) is the same connection over a stream
+that unwraps binary messages: admitted, limited and answered exactly as TCP, after an
+upgrade bounded like a TLS handshake.
 
 Theory of operation: a reader task feeds a ``FrameDecoder`` and passes whole frames to
 the handler through an unbounded channel whose occupancy a semaphore bounds; the handler
@@ -537,8 +540,11 @@ def _peer_address(stream: trio.abc.Stream) -> str:
     return f"{peer[0]}:{peer[1]}"
 
 
-async def serve_connection(node: Listener, stream: trio.abc.Stream) -> None:
-    """Serve one accepted client connection (plain TCP or TLS) until it ends."""
+async def serve_connection(
+    node: Listener, stream: trio.abc.Stream, *, websocket: bool = False
+) -> None:
+    """Serve one accepted client connection (plain TCP or TLS, carrying Iggy frames
+    directly or, with ``websocket``, in WebSocket messages) until it ends."""
     address = _peer_address(stream)
     host = address.rpartition(":")[0] or address
     guard = connection_guard(node)
@@ -553,9 +559,41 @@ async def serve_connection(node: Listener, stream: trio.abc.Stream) -> None:
         return
     slot = _AddressSlot(guard.unauthenticated, host)
     try:
-        await _serve_admitted(node, stream, address, guard, slot)
+        await _serve_admitted(node, stream, address, guard, slot, websocket=websocket)
     finally:
         slot.release()
+
+
+async def _handshake(
+    node: Listener, stream: trio.abc.Stream, address: str, *, websocket: bool
+) -> trio.abc.Stream | None:
+    """The stream that carries frames once the TLS handshake and the WebSocket upgrade
+    (whichever apply) are done, or None if the client failed them. Each is bounded like a
+    frame: a client that connects and stalls, or speaks another protocol, costs only its
+    own connection."""
+    timeout_s = node.config.limits.frame_read_timeout_s
+    if isinstance(stream, trio.SSLStream):
+        handshake_ok = False
+        with trio.move_on_after(timeout_s):
+            try:
+                await stream.do_handshake()
+                handshake_ok = True
+            except _LINK_ERRORS as error:
+                log.info("dropping %s: TLS handshake failed: %s", address, error)
+        if not handshake_ok:
+            return None
+    if not websocket:
+        return stream
+    from broker.runtime.websocket import HandshakeFailed, accept_websocket
+
+    with trio.move_on_after(timeout_s):
+        try:
+            return await accept_websocket(stream, node.config.limits.frame_size_bytes_max)
+        except HandshakeFailed as error:
+            log.info("dropping %s: WebSocket upgrade failed: %s", address, error)
+            return None
+    log.info("dropping %s: WebSocket upgrade not completed within %g s", address, timeout_s)
+    return None
 
 
 async def _serve_admitted(
@@ -564,27 +602,20 @@ async def _serve_admitted(
     address: str,
     guard: ConnectionGuard,
     slot: _AddressSlot,
+    *,
+    websocket: bool,
 ) -> None:
     if not node.connection_opened():
         await trio.aclose_forcefully(stream)
         return
-    if isinstance(stream, trio.SSLStream):
-        # The handshake is bounded like a frame: a client that connects and stalls, or
-        # speaks plain TCP to a TLS listener, costs only its own connection.
-        handshake_ok = False
-        with trio.move_on_after(node.config.limits.frame_read_timeout_s):
-            try:
-                await stream.do_handshake()
-                handshake_ok = True
-            except _LINK_ERRORS as error:
-                log.info("dropping %s: TLS handshake failed: %s", address, error)
-        if not handshake_ok:
-            node.counters.connections_dropped += 1
-            node.connection_closed(ConnectionContext(address))
-            await trio.aclose_forcefully(stream)
-            return
+    frames = await _handshake(node, stream, address, websocket=websocket)
+    if frames is None:
+        node.counters.connections_dropped += 1
+        node.connection_closed(ConnectionContext(address))
+        await trio.aclose_forcefully(stream)
+        return
     context = ConnectionContext(address)
-    connection = Connection(node, stream, context, guard=guard, address_slot=slot)
+    connection = Connection(node, frames, context, guard=guard, address_slot=slot)
     node.open_connections.add(connection)
     try:
         await connection.run()
@@ -593,4 +624,18 @@ async def _serve_admitted(
     finally:
         node.open_connections.discard(connection)
         node.connection_closed(context)
-        await trio.aclose_forcefully(stream)
+        await _close(node, frames, context)
+
+
+async def _close(node: Listener, stream: trio.abc.Stream, context: ConnectionContext) -> None:
+    from broker.runtime.websocket import WebSocketStream
+
+    if isinstance(stream, WebSocketStream):
+        if stream.failure is not None:
+            # A WebSocket protocol violation: the stream ended as if the client closed,
+            # but the node closed it for cause.
+            node.counters.connections_dropped += 1
+            node.log_refusal(context, "-", f"{stream.failure}, connection closed")
+        with trio.CancelScope(shield=True):
+            await stream.close_gracefully()
+    await trio.aclose_forcefully(stream)

@@ -800,6 +800,8 @@ class GroupHost:
             changed = seen is not None and (
                 view[0] != seen[0] or Status.VIEW_CHANGE in (replica.status, seen[1])
             )
+            if seen is not None and view[0] > seen[0]:
+                self.counters.view_changes += 1
             if changed:
                 role = "primary" if replica.is_primary else f"backup of {replica.primary}"
                 log.info(
@@ -814,6 +816,7 @@ class GroupHost:
         peer = replica.state_transfer_peer
         if peer != self._transfer_seen:
             if peer is not None:
+                self.counters.state_transfers += 1
                 log.info("%s: state transfer from replica %d started", self._name(), peer)
             else:
                 log.info("%s: state transfer ended at op %d", self._name(), replica.commit_min)

@@ -336,9 +336,12 @@ class HttpApi:
         node: ApiNode,
         tokens: TokenIssuer,
         end_session: Callable[[int], Awaitable[object]] | None = None,
+        metrics: Callable[[], tuple[bytes, str]] | None = None,
     ) -> None:
         self.node = node
         self.tokens = tokens
+        self.metrics = metrics
+        """Renders ``GET /metrics`` (body, content type); None: the route answers 404."""
         self.sessions = Sessions()
         self.router = default_router()
         self._end_session = end_session
@@ -668,6 +671,15 @@ def _polled_message(message: Any) -> dict[str, Any]:
 async def ping(api: HttpApi, request: ApiRequest) -> ApiResponse:
     del api, request
     return ApiResponse(200, "pong")
+
+
+async def get_metrics(api: HttpApi, request: ApiRequest) -> ApiResponse:
+    """Prometheus' scrape, public as in Iggy (its JWT check skips ``/metrics``)."""
+    del request
+    if api.metrics is None:
+        return ApiResponse(404)
+    body, content_type = api.metrics()
+    return ApiResponse(200, body, media=content_type.encode())
 
 
 def _version(data: Mapping[str, Any]) -> str:
@@ -1449,6 +1461,7 @@ def default_router() -> Router:
     router = Router()
     add = router.add
     add("GET", "/ping", ping, public=True)
+    add("GET", "/metrics", get_metrics, public=True)
     add("POST", "/users/login", login_user, public=True)
     add("POST", "/users/refresh-token", refresh_token, public=True)
     add("POST", "/personal-access-tokens/login", login_with_token, public=True)

@@ -47,11 +47,11 @@ Invariants:
 Theory of operation: ``run`` opens the metadata group first (recovering and replaying
 it), which reconciles the partition groups after every applied op; then it starts the
 ticker (a fixed-rate schedule on trio's clock, so it never drifts), the replica bus (in a
-cluster) and the client listener (TLS when configured). ``handle`` is called by a
-connection task for each frame, in order, and returns the reply frame(s). In a cluster an
-auto-commit poll or an offset write from the official SDK is routed (POLL_ROUTING,
-CONSUMER_OFFSET_ROUTING) to the partition group's primary, where the client attaches its
-session and polls (POLL_PRIMARY); a primary that lost its role answers
+cluster) and the client listeners, TCP and WebSocket (TLS when configured). ``handle`` is
+called by a connection task for each frame, in order, and returns the reply frame(s). In a
+cluster an auto-commit poll or an offset write from the official SDK is routed
+(POLL_ROUTING, CONSUMER_OFFSET_ROUTING) to the partition group's primary, where the client
+attaches its session and polls (POLL_PRIMARY); a primary that lost its role answers
 TransientNotAccepted and the client routes again.
 """
 
@@ -134,7 +134,13 @@ from broker.runtime.group import (
     PartitionIds,
     ReplyWaiter,
 )
-from broker.runtime.stats import NodeCounters, StatsReport, group_report
+from broker.runtime.stats import (
+    UNKNOWN_COMMAND,
+    NodeCounters,
+    RequestCounters,
+    StatsReport,
+    group_report,
+)
 from broker.runtime.store import remove_group_dir, tombstoned_names, write_tombstone
 from broker.runtime.throttle import (
     HOST_LOGINS_WAITING_MAX,
@@ -224,6 +230,8 @@ class Node:
         self.config = config
         self.announce = announce
         self.counters = NodeCounters()
+        self.requests = RequestCounters()
+        """Answered requests by command (latency histograms) and refusals by code."""
         self.started_at_us = now_us()
         self.started_at = time.monotonic()
         self.data_dir = Path(config.data_dir)
@@ -283,6 +291,8 @@ class Node:
         """Accepting HTTP connections and ending expired tokens' sessions."""
         self.http_connections: set[Any] = set()
         """Open HTTP connections (``broker.runtime.http.HttpConnection``)."""
+        self.ws_address: tuple[str, int] | None = None
+        """Where the WebSocket listener is bound, or None (off, or not yet listening)."""
 
     # -- groups -----------------------------------------------------------------------------
 
@@ -456,23 +466,45 @@ class Node:
                 listeners = [
                     trio.SSLListener(listener, tls, https_compatible=False) for listener in sockets
                 ]
-            listen_scope = trio.CancelScope()
-            nursery.start_soon(self._serve, listeners, listen_scope)
+            listen_scopes = [trio.CancelScope()]
+            nursery.start_soon(self._serve, listeners, listen_scopes[0])
             log.info("serving clients on %s:%d%s", bound[0], bound[1], " (TLS)" if tls else "")
+            ws = self.config.ws_host_port
+            if ws is not None:
+                ws_sockets = await trio.open_tcp_listeners(ws[1], host=ws[0])
+                ws_bound = ws_sockets[0].socket.getsockname()
+                self.ws_address = (ws_bound[0], ws_bound[1])
+                ws_listeners: list[trio.abc.Listener[trio.abc.Stream]] = list(ws_sockets)
+                if tls is not None:
+                    ws_listeners = [
+                        trio.SSLListener(listener, tls, https_compatible=False)
+                        for listener in ws_sockets
+                    ]
+                listen_scopes.append(trio.CancelScope())
+                nursery.start_soon(
+                    functools.partial(self._serve, websocket=True), ws_listeners, listen_scopes[1]
+                )
+                log.info(
+                    "serving WebSocket clients on %s:%d%s",
+                    ws_bound[0],
+                    ws_bound[1],
+                    " (TLS)" if tls else "",
+                )
             if self.config.http_address:
                 await self._start_http(nursery, tls)
             task_status.started(self.address)
             await self._shutdown.wait()
-            await self._stop(listen_scope)
+            await self._stop(listen_scopes)
             nursery.cancel_scope.cancel()
 
     def request_shutdown(self) -> None:
         self._shutdown.set()
 
-    async def _stop(self, listen_scope: trio.CancelScope) -> None:
+    async def _stop(self, listen_scopes: list[trio.CancelScope]) -> None:
         with trio.CancelScope(shield=True):
             self.stopping = True
-            listen_scope.cancel()
+            for scope in listen_scopes:
+                scope.cancel()
             self._http_scope.cancel()
             for connection in list(self.open_connections):
                 connection.shutdown()
@@ -516,6 +548,7 @@ class Node:
         from broker.runtime.http import serve_http_connection
         from broker.runtime.http_api import HttpApi
         from broker.runtime.http_tokens import TokenIssuer, token_key
+        from broker.runtime.metrics import render_metrics
 
         config = self.config
         host, port = parse_address(config.http_address)
@@ -538,7 +571,7 @@ class Node:
             return await self.system.run(self.metadata, EndSession(session))
 
         tokens = TokenIssuer(token_key(config), config.http_token_expiry_s)
-        api = HttpApi(self, tokens, end_session)
+        api = HttpApi(self, tokens, end_session, metrics=functools.partial(render_metrics, self))
         guard = connection_guard(self)
 
         async def accept(stream: trio.abc.Stream) -> None:
@@ -562,12 +595,16 @@ class Node:
         log.info("serving the HTTP API on %s://%s:%d", scheme, bound[0], bound[1])
 
     async def _serve(
-        self, listeners: list[trio.abc.Listener[trio.abc.Stream]], scope: trio.CancelScope
+        self,
+        listeners: list[trio.abc.Listener[trio.abc.Stream]],
+        scope: trio.CancelScope,
+        *,
+        websocket: bool = False,
     ) -> None:
         from broker.runtime.connection import serve_connection
 
         async def accept(stream: trio.abc.Stream) -> None:
-            await serve_connection(self, stream)
+            await serve_connection(self, stream, websocket=websocket)
 
         with scope:
             await trio.serve_listeners(accept, listeners)
@@ -916,6 +953,7 @@ class Node:
             if index == self.replica_index and self.address is not None:
                 port = self.address[1]
             http_port = self._http_port(index)
+            ws_port = self._ws_port(index)
             nodes.append(
                 wire.ClusterNode(
                     name=name,
@@ -923,7 +961,7 @@ class Node:
                     tcp_port=port,
                     quic_port=0,
                     http_port=http_port,
-                    websocket_port=0,
+                    websocket_port=ws_port,
                     role=(
                         wire.ClusterNodeRole.LEADER
                         if index == primary
@@ -947,12 +985,24 @@ class Node:
             return parse_address(self.config.http_address)[1]
         return 0
 
+    def _ws_port(self, index: int) -> int:
+        """Node ``index``'s WebSocket port as cluster metadata reports it: this node's
+        bound listener, another's from ``ws_addresses``; 0 for none or unknown."""
+        if index == self.replica_index:
+            return 0 if self.ws_address is None else self.ws_address[1]
+        addresses = self.config.ws_addresses
+        if index < len(addresses) and addresses[index]:
+            return parse_address(addresses[index])[1]
+        return 0
+
     # -- requests ---------------------------------------------------------------------------
 
     async def handle(self, context: ConnectionContext, frame: Frame) -> Response:
         """Answer one request frame (called in order, one at a time per connection)."""
         self.counters.requests += 1
+        started = trio.current_time()
         response = await self._handle(context, frame)
+        self.requests.observe(_command_label(frame), trio.current_time() - started, response.parts)
         if response.refusal:
             self.log_refusal(context, _command_name(frame), response.refusal, frame=frame)
         return response
@@ -1406,6 +1456,15 @@ def _command_name(frame: Frame) -> str:
         return request_command_code(header).name
     except ProtocolError:
         return f"{header.operation.name} (code {header.code})"
+
+
+def _command_label(frame: Frame) -> str:
+    """The command a frame carries, as a metrics label: a ``CommandCode`` name, or
+    ``UNKNOWN_COMMAND`` (the label set stays bounded whatever clients send)."""
+    try:
+        return request_command_code(frame.request_header()).name
+    except ProtocolError:
+        return UNKNOWN_COMMAND
 
 
 def _plain(counters: NodeCounters) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Run one node in the foreground until SIGINT or SIGTERM: what ``viewstream serve`` does.
 
 The node prints one line when its client listener is bound (``READY_PREFIX`` and the
-address), so scripts and tests that start it on port 0 learn the port, and the root
+address; its WebSocket listener's, ``WS_READY_PREFIX``, just before), so scripts and
+tests that start it on port 0 learn the port, and the root
 password once if it generated one. Everything else goes to the log on stderr.
 
 Invariants:
@@ -42,6 +43,8 @@ from broker.runtime.group import PARTITION_DESCRIPTORS
 from broker.runtime.node import Node
 
 READY_PREFIX: Final = "viewstream listening on "
+WS_READY_PREFIX: Final = "viewstream serves websocket clients on "
+"""Printed (before ``READY_PREFIX``'s line) when the WebSocket listener is bound."""
 
 DESCRIPTORS_MARGIN: Final = 128
 """Descriptors kept for what is neither a client connection, the bus nor a partition:
@@ -72,6 +75,8 @@ async def serve_until_signalled(config: Config) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             host, port = await nursery.start(node.run)
+            if node.ws_address is not None:
+                _announce(f"{WS_READY_PREFIX}{node.ws_address[0]}:{node.ws_address[1]}")
             _announce(f"{READY_PREFIX}{host}:{port}")
 
             async def wait_signal() -> None:

@@ -11,8 +11,32 @@ repeats them for operators.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Final
+
+from sdk.wire import HEADER_SIZE, Command, Operation
+
+REQUEST_SECONDS_BUCKETS: Final = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+"""Upper bounds of the request latency histogram's buckets, in seconds (+Inf beyond)."""
+UNKNOWN_COMMAND: Final = "unknown"
+"""The command label of a request whose header names no command this node knows: bad
+clients cannot grow the label set."""
 
 
 @dataclass(slots=True)
@@ -58,6 +82,13 @@ class GroupCounters:
     retired every record in them (partition groups only)."""
     bytes_deleted: int = 0
     """Bytes of those segments' logs (their small index files not counted)."""
+    view_changes: int = 0
+    """Times this replica of the group moved to a higher view after it opened (as a
+    participant of a view change or told of the new view). Not counted: the view it
+    opened in, and a view change that started but has not yet ended in a new view."""
+    state_transfers: int = 0
+    """State transfers this replica started (it was too far behind to repair op by op and
+    took a peer's checkpoint; metadata group only)."""
 
     def derived(self, uptime_s: float) -> dict[str, float]:
         """Rates and ratios: per second of uptime and per prepare / per sync."""
@@ -118,3 +149,92 @@ def group_report(counters: GroupCounters, uptime_s: float) -> dict[str, Any]:
     report: dict[str, Any] = asdict(counters)
     report.update(counters.derived(uptime_s))
     return report
+
+
+@dataclass(slots=True)
+class LatencyHistogram:
+    """Requests of one command: how many, their total time, and how many took at most each
+    bound of ``REQUEST_SECONDS_BUCKETS`` (not cumulative; the last slot is +Inf)."""
+
+    count: int = 0
+    sum_s: float = 0.0
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(REQUEST_SECONDS_BUCKETS) + 1))
+
+    def observe(self, seconds: float) -> None:
+        self.count += 1
+        self.sum_s += seconds
+        self.buckets[bisect.bisect_left(REQUEST_SECONDS_BUCKETS, seconds)] += 1
+
+
+@dataclass(slots=True)
+class RequestCounters:
+    """Client requests answered by this node, by command, and their refusals by code.
+
+    A request counts once it is answered (its reply handed to the connection): from the
+    moment its whole frame was read to that moment, whatever the answer. Requests a
+    connection answered itself (a frame refused on its header before login) and frames
+    that were not requests (the connection was dropped for them) are not counted.
+    """
+
+    latency: dict[str, LatencyHistogram] = field(default_factory=dict)
+    """By command name (``CommandCode``), or ``UNKNOWN_COMMAND``."""
+    refused: dict[int, int] = field(default_factory=dict)
+    """Replies with a non-zero status in their header (refused before execution: session,
+    permission, admission, transient), by Iggy error code."""
+    rejected: dict[int, int] = field(default_factory=dict)
+    """Replies whose result section names an error (a business rejection, decided when
+    the operation was applied: stream exists, not found...), by Iggy error code."""
+    evicted: dict[int, int] = field(default_factory=dict)
+    """Eviction frames sent as answers (the session ended), by eviction reason."""
+
+    def observe(self, command: str, seconds: float, parts: list[Any]) -> None:
+        """Count one answered request: its command, latency and what its reply says."""
+        histogram = self.latency.get(command)
+        if histogram is None:
+            histogram = self.latency[command] = LatencyHistogram()
+        histogram.observe(seconds)
+        if not parts:
+            return
+        head = memoryview(parts[0]).cast("B")
+        if len(head) < HEADER_SIZE:
+            return
+        kind = head[60]
+        if kind == Command.EVICTION:
+            reason = head[REASON_OFFSET]
+            self.evicted[reason] = self.evicted.get(reason, 0) + 1
+            return
+        if kind != Command.REPLY:
+            return
+        status = int.from_bytes(head[216:220], "little")
+        if status:
+            self.refused[status] = self.refused.get(status, 0) + 1
+            return
+        try:
+            operation = Operation(head[208])
+        except ValueError:
+            return
+        size = int.from_bytes(head[48:52], "little")
+        # A login's reply is result-framed only when it has a body (``sdk.wire``).
+        register = operation is Operation.REGISTER and size > HEADER_SIZE
+        if not (operation.is_result_framed or register):
+            return
+        result = _result_head(parts)
+        if len(result) >= 12 and int.from_bytes(result[0:4], "little") > 0:
+            code = int.from_bytes(result[8:12], "little")
+            self.rejected[code] = self.rejected.get(code, 0) + 1
+
+
+REASON_OFFSET: Final = 255
+"""Where an eviction header keeps its reason (``sdk.wire`` EvictionHeader)."""
+
+
+def _result_head(parts: list[Any]) -> bytes:
+    """The first 12 bytes of a reply's body (its result section's count and first entry),
+    wherever the parts put them."""
+    wanted = HEADER_SIZE + 12
+    head = bytearray()
+    for part in parts:
+        head += memoryview(part).cast("B")[: wanted - len(head)]
+        if len(head) >= wanted:
+            break
+    return bytes(head[HEADER_SIZE:])

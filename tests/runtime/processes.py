@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from broker.runtime.serve import READY_PREFIX
+from broker.runtime.serve import READY_PREFIX, WS_READY_PREFIX
 
 ROOT_PASSWORD: Final = "test-root-password"
 CLUSTER_SECRET: Final = "test-cluster-secret-0123456789"
@@ -52,6 +52,14 @@ class NodeProcess:
     @property
     def port(self) -> int:
         return int(self.address.rpartition(":")[2])
+
+    @property
+    def ws_address(self) -> str:
+        """Where the node's WebSocket listener is bound, as it announced it ("" for none)."""
+        for line in self.output:
+            if line.startswith(WS_READY_PREFIX):
+                return line[len(WS_READY_PREFIX) :].strip()
+        return ""
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> str:
         deadline = time.monotonic() + timeout_s
@@ -91,6 +99,7 @@ def start_node(
     data_dir: Path,
     *,
     address: str = "127.0.0.1:0",
+    ws_address: str = "",
     extra: Sequence[str] = (),
     env: dict[str, str] | None = None,
     wait: bool = True,
@@ -111,6 +120,8 @@ def start_node(
             "serve",
             "--address",
             address,
+            "--ws-address",
+            ws_address,
             "--data-dir",
             str(data_dir),
             *extra,

@@ -219,3 +219,30 @@ def test_bus_tls_files_that_do_not_load_stop_the_node_naming_the_settings(
     with pytest.raises(SystemExit, match="bus_tls_cert_file / bus_tls_key_file / bus_tls_ca_file"):
         bus_tls(load_config())
     assert bus_tls(load_config().model_copy(update={"bus_tls_ca_file": None})) is None
+
+
+def test_the_websocket_listener_is_on_by_default_and_empty_turns_it_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = load_config()
+    assert config.ws_address == "127.0.0.1:8092"
+    assert config.ws_host_port == ("127.0.0.1", 8092)
+    monkeypatch.setenv("VIEWSTREAM_WS_ADDRESS", "")
+    assert load_config().ws_host_port is None
+    assert load_config(ws_address="127.0.0.1:9192").ws_host_port == ("127.0.0.1", 9192)
+
+
+@pytest.mark.parametrize(
+    ("flags", "problem"),
+    [
+        ({"ws_address": "nowhere"}, "ws_address"),
+        ({"ws_address": "127.0.0.1:8090"}, "the client listener's address"),
+        ({"ws_addresses": ["127.0.0.1:1", "127.0.0.1:2"]}, "ws_addresses lists 2 nodes"),
+        ({"ws_addresses": ["127.0.0.1:x"]}, "ws_addresses"),
+    ],
+)
+def test_bad_websocket_settings_stop_the_node_naming_them(
+    flags: dict[str, object], problem: str
+) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        load_config(**flags)

@@ -117,7 +117,7 @@ def start_limited_node(
     environment.update(env or {})
 
     launch = _LAUNCH.format(soft=soft, hard=hard)
-    command = [sys.executable, "-c", launch, "serve", "--address", address]
+    command = [sys.executable, "-c", launch, "serve", "--address", address, "--ws-address", ""]
     process = subprocess.Popen(
         [*command, "--data-dir", str(data_dir), *extra],
         stdout=subprocess.PIPE,

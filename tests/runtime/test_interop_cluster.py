@@ -8,6 +8,7 @@ seconds instead of five or more. Every process is killed in teardown.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import subprocess
 import time
@@ -41,6 +42,7 @@ from tests.runtime.test_interop_node import run
 from tests.wire_client import WireClient
 
 TICK_MS = 5
+RUNTIME_STATS_CODE = 9000
 TRANSIENT = (IggyErrorCode.TRANSIENT_NOT_ACCEPTED, IggyErrorCode.TRANSIENT_NOT_COMMITTED)
 
 
@@ -451,6 +453,11 @@ def test_cluster_keeps_every_acknowledged_message_when_a_node_is_killed(
             acked[i % 3].append(payload)
         for partition in range(3):
             assert _poll_all(client, "survive", partition) == acked[partition]
+        # Node 0 never restarted and opened every group in view 0: a group is in a later
+        # view exactly when its counters show a view change.
+        report = json.loads(bytes(client.call_raw(RUNTIME_STATS_CODE).body))
+        groups = report["groups"].values()
+        assert all((g["view"] > 0) == (g["view_changes"] > 0) for g in groups), groups
     finally:
         client.close()
     # The killed node restarts, catches up from its peers and serves the same data.

@@ -105,7 +105,7 @@ def test_names_from_the_config_file_and_environment_and_only_tcp_has_a_port(
     assert metadata.name == "from-file"
     (only,) = metadata.nodes
     assert (only.name, only.ip, only.tcp_port) == ("env-node", "127.0.0.1", port)
-    # TCP (with or without TLS) is the one client transport a node has.
+    # start_node turns the WebSocket listener off; QUIC and HTTP a node does not have.
     assert (only.quic_port, only.http_port, only.websocket_port) == (0, 0, 0)
 
 

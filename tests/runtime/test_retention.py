@@ -218,6 +218,15 @@ def test_delete_segments_deletes_the_oldest_sealed_segments(tmp_path: Path) -> N
             time.sleep(0.1)
         assert start > 0
         assert size_before - size_after > SEGMENT_BYTES  # two segments of about 1 MiB
+        # The node counted the two files it deleted (stats and metrics show it).
+        sdk = Client(ClientConfig.one_node(node.address, timeout_s=10.0))
+        try:
+            sdk.login_user("iggy", ROOT_PASSWORD)
+            groups = sdk.get_runtime_stats()["groups"]
+        finally:
+            sdk.close()
+        retained = {name: g["segments_deleted"] for name, g in groups.items()}
+        assert sum(retained.values()) == 2 and retained["metadata"] == 0, retained
         print(f"delete_segments(2): {logs_before} -> {logs_before - 2} segment files, topic")
         print(f"  {size_before} -> {size_after} bytes, polls start at offset {start}")
     finally:

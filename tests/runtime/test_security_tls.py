@@ -8,6 +8,8 @@ command; with neither, the tests are skipped and say why). The node is started w
 - a standard-library ``ssl`` socket that verifies the certificate speaks ``sdk.wire``
   frames to it (login, create a stream, read it back);
 - the official SDK connects with ``TcpConfig(tls_enabled=True, ...)``;
+- the official SDK connects over WebSocket with TLS (``WebSocketConfig(tls_enabled=True)``,
+  the same certificate on the WebSocket listener);
 - a plain-TCP client is dropped (it cannot speak to a TLS listener) and the node keeps
   serving TLS clients.
 """
@@ -23,7 +25,13 @@ from urllib.parse import quote
 
 import pytest
 import trio
-from apache_iggy import IggyClient, TcpConfig, TcpReconnectionConfig
+from apache_iggy import (
+    IggyClient,
+    TcpConfig,
+    TcpReconnectionConfig,
+    WebSocketConfig,
+    WebSocketReconnectionConfig,
+)
 
 from bench.certs import CertificatesUnavailable, make_ca, make_leaf
 from sdk import wire
@@ -76,7 +84,7 @@ def tls_node(
         "VIEWSTREAM_TLS_CERT_FILE": str(certificate.cert),
         "VIEWSTREAM_TLS_KEY_FILE": str(certificate.key),
     }
-    process = start_node(data_dir, env=env)
+    process = start_node(data_dir, ws_address="127.0.0.1:0", env=env)
     try:
         yield process
     finally:
@@ -154,6 +162,38 @@ def test_tls_official_sdk_connects_with_tls_enabled(
         return [s.name for s in await client.get_streams()]
 
     assert "sdk-tls" in run(scenario())
+
+
+def test_tls_official_sdk_over_websocket_uses_the_same_certificate(
+    tls_node: NodeProcess, certificate: Certificate
+) -> None:
+    async def scenario() -> list[str]:
+        config = WebSocketConfig(
+            server_address=tls_node.ws_address,
+            tls_enabled=True,
+            tls_domain="localhost",
+            tls_ca_file=str(certificate.ca),
+            tls_validate_certificate=True,
+            reconnection=WebSocketReconnectionConfig(enabled=False),
+        )
+        client = IggyClient(config)
+        await client.connect()
+        await client.login_user("iggy", ROOT_PASSWORD)
+        await client.create_stream("sdk-wss")
+        return [s.name for s in await client.get_streams()]
+
+    assert "sdk-wss" in run(scenario())
+    # A plain WebSocket upgrade on the TLS listener fails its TLS handshake: dropped.
+    host, _, port = tls_node.ws_address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=IO_TIMEOUT_S) as plain:
+        plain.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\r\n")
+        answer = b""
+        try:
+            while chunk := plain.recv(4096):
+                answer += chunk
+        except ConnectionResetError:
+            pass
+    assert b"101" not in answer
 
 
 def test_tls_plain_tcp_client_is_dropped_and_tls_keeps_working(
