@@ -249,6 +249,7 @@ class Config(BaseSettings):
         le=7 * 86_400,
         description="Lifetime of an access token issued by `POST /users/login` (Iggy's "
         "default: 1 hour).",
+    )
     ws_addresses: list[str] = Field(
         default_factory=list,
         description="WebSocket HOST:PORT of every node, in replica order, as cluster "
