@@ -232,21 +232,22 @@ NODE_SERIES: Final = (
         "gauge",
         "Bytes of every file under the data directory (st_size, so sparse files count in "
         "full) at the last walk, plus journal bytes appended since.",
-        lambda node: node.disk.used_bytes,
+        lambda node: node.disk.usage.used_bytes,
     ),
     NodeSeries(
         "disk_free_bytes",
         "gauge",
         "Bytes free on the data directory's file system for an unprivileged writer at the "
         "last reading, minus journal bytes appended since.",
-        lambda node: node.disk.free_bytes,
+        lambda node: node.disk.usage.free_bytes,
     ),
     NodeSeries(
         "disk_budget_bytes",
         "gauge",
-        "limits.disk_budget_bytes: most bytes the data directory may hold before the node "
-        "refuses new messages (4010); 0 means no budget.",
-        lambda node: node.config.limits.disk_budget_bytes,
+        "The disk budget in force: most bytes the data directory may hold before the node "
+        "refuses new messages (4010), limits.disk_budget_bytes or, unset, what leaves 5% of "
+        "the file system free; 0 means no budget (configured 0, or no reading yet).",
+        lambda node: node.disk.usage.budget_bytes or 0,
     ),
     NodeSeries(
         "disk_free_min_bytes",

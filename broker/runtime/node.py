@@ -227,13 +227,13 @@ class Node:
     """One viewstream node; see the module docstring."""
 
     def __init__(self, config: Config, *, announce: Callable[[str], None] = print) -> None:
-        self.config = config
+        self.config: Config = config
         self.announce = announce
         self.counters = NodeCounters()
         self.requests = RequestCounters()
         """Answered requests by command (latency histograms) and refusals by code."""
         self.started_at_us = now_us()
-        self.started_at = time.monotonic()
+        self.started_at: float = time.monotonic()
         self.data_dir = Path(config.data_dir)
         self.replica_index = config.replica
         self.replica_count = config.replica_count
@@ -260,12 +260,12 @@ class Node:
         self._password_turns = HostTurns()
         """One login's password check at a time per client host (``throttle`` docs)."""
         limits = config.limits
-        self.disk = DiskGuard(
+        self.disk: DiskGuard = DiskGuard(
             self.data_dir,
             budget_bytes=limits.disk_budget_bytes,
             free_min_bytes=limits.disk_free_min_bytes,
         )
-        self.flusher = Flusher(self.data_dir, scope=config.sync_scope)
+        self.flusher: Flusher = Flusher(self.data_dir, scope=config.sync_scope)
         self.metadata: GroupHost = self._make_group(
             METADATA_GROUP, GroupKind.METADATA, self.data_dir / "metadata", persisted=True
         )
@@ -276,7 +276,7 @@ class Node:
         self._bootstrapping = False
         self._expiring_tokens = False
         self.stopping = False
-        self.connections = 0
+        self.connections: int = 0
         self.open_connections: set[Connection] = set()
         self._connections_idle = trio.Event()
         self._connections_idle.set()
