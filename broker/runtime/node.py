@@ -61,6 +61,7 @@ import dataclasses
 import functools
 import json
 import logging
+import math
 import os
 import platform
 import random
@@ -92,6 +93,7 @@ from broker.core.groups import (
 )
 from broker.core.handlers import (
     LOGINS_BUSY,
+    AwaitMessages,
     CatchUp,
     HashPassword,
     LoginsBusy,
@@ -104,6 +106,7 @@ from broker.core.handlers import (
 )
 from broker.core.handlers import Group as CoreGroup
 from broker.core.logins import LoginThrottle
+from broker.core.long_polls import LongPolls, Refusal, Woken
 from broker.core.maintenance import (
     AutoCommits,
     PurgesDue,
@@ -207,6 +210,14 @@ _NodeRead = Callable[[ConnectionContext, int, wire.RequestPayload], bytes]
 """A read of the node's own facts: (connection, session, request payload) to the body."""
 
 
+@dataclasses.dataclass(slots=True)
+class _LongPollSlot:
+    """How a waiting long poll's flow is resumed: its event, and why it woke."""
+
+    event: trio.Event
+    woken: Woken | None = None
+
+
 def now_us() -> int:
     return time.time_ns() // 1000
 
@@ -261,6 +272,11 @@ class Node:
         self._retentions = RetentionsDue(max(1, round(config.retention_interval_s * 1e6)))
         self._bootstrapping = False
         self._expiring_tokens = False
+        self.long_polls = LongPolls(limits.long_polls_waiting_max)
+        """The long polls waiting here (``broker.core.long_polls``), each resumed through
+        its slot in ``_long_poll_slots``."""
+        self._long_poll_slots: dict[int, _LongPollSlot] = {}
+        self._long_poll_timer_changed = trio.Event()
         self.stopping = False
         self.connections = 0
         self.open_connections: set[Connection] = set()
@@ -331,6 +347,13 @@ class Node:
     def _on_applied(self, host: GroupHost) -> None:
         if host.kind is GroupKind.METADATA:
             self._reconcile_partitions()
+            if len(self.long_polls):
+                self._wake_long_polls(self.long_polls.metadata_changed())
+            return
+        machine = host.partition_machine
+        if len(self.long_polls) and machine is not None:
+            next_offset = machine.state.frontier.next_offset
+            self._wake_long_polls(self.long_polls.applied(host.group_id, next_offset))
 
     def _reconcile_partitions(self) -> None:
         machine = self.metadata.metadata
@@ -372,6 +395,7 @@ class Node:
         scope = self._scopes.get(group_id)
         if scope is not None:
             scope.cancel()
+        self._wake_long_polls(self.long_polls.group_gone(group_id))
         assert self._nursery is not None
         self._nursery.start_soon(self._dispose_group, host)
 
@@ -429,6 +453,7 @@ class Node:
                 await self._bootstrap_alone()
             nursery.start_soon(self._ticker)
             nursery.start_soon(self._maintenance)
+            nursery.start_soon(self._long_poll_timer)
             tls = self._tls_context()
             sockets = await trio.open_tcp_listeners(port, host=host)
             bound = sockets[0].socket.getsockname()
@@ -453,6 +478,9 @@ class Node:
         with trio.CancelScope(shield=True):
             self.stopping = True
             listen_scope.cancel()
+            # Waiting long polls answer now with what they have, so their connections
+            # close after them rather than at their deadline.
+            self._wake_long_polls(self.long_polls.stop())
             for connection in list(self.open_connections):
                 connection.shutdown()
             with trio.move_on_after(SHUTDOWN_CONNECTIONS_TIMEOUT_S):
@@ -519,6 +547,57 @@ class Node:
         session = session_to_end(context, machine.state.session)
         if session and self._nursery is not None:
             self._nursery.start_soon(self.system.run, self.metadata, EndSession(session))
+
+    # -- long polls (``broker.core.long_polls``) -------------------------------------------
+
+    def _long_poll_now_us(self) -> int:
+        """The clock of long-poll deadlines: trio's (monotonic), in whole microseconds,
+        rounded up so a timer that fires at a deadline finds it passed."""
+        return math.ceil(trio.current_time() * 1_000_000)
+
+    def _wake_long_polls(self, released: list[tuple[int, Woken]]) -> None:
+        for token, woken in released:
+            slot = self._long_poll_slots.pop(token)
+            slot.woken = woken
+            slot.event.set()
+
+    def connection_busy(self, context: ConnectionContext) -> None:
+        """The connection has another request to answer, or went: a poll waiting for it
+        answers now (a connection answers in order; nothing waits behind a long poll)."""
+        self._wake_long_polls(self.long_polls.connection_busy(id(context)))
+
+    async def _long_poll_timer(self) -> None:
+        """Release the long polls whose deadline passed, at the earliest deadline."""
+        while True:
+            changed = self._long_poll_timer_changed = trio.Event()
+            deadline_us = self.long_polls.next_deadline_us()
+            if deadline_us is None:
+                await changed.wait()
+                continue
+            with trio.move_on_at(deadline_us / 1_000_000):
+                await changed.wait()
+            self._wake_long_polls(self.long_polls.expired(self._long_poll_now_us()))
+
+    async def _do_await_messages(self, effect: AwaitMessages) -> Woken | Refusal:
+        token = self.long_polls.register(
+            id(effect.context),
+            effect.group_id,
+            effect.offset,
+            now_us=self._long_poll_now_us(),
+            wait_us=effect.wait_us,
+            deadline_us=effect.deadline_us,
+        )
+        if isinstance(token, Refusal):
+            return token
+        slot = self._long_poll_slots[token] = _LongPollSlot(trio.Event())
+        self._long_poll_timer_changed.set()
+        try:
+            await slot.event.wait()
+        finally:
+            if slot.woken is None:  # cancelled: the connection or the node went
+                self._wake_long_polls(self.long_polls.cancel(token))
+        assert slot.woken is not None
+        return slot.woken
 
     async def _ticker(self) -> None:
         # Only the groups due on a tick are woken (``GroupTicker``): an idle one costs none.
@@ -888,6 +967,7 @@ class Node:
             Submit: self._do_submit,
             CatchUp: self._do_catch_up,
             ReadBarrier: self._do_read_barrier,
+            AwaitMessages: self._do_await_messages,
             PasswordLogin: self._do_password_login,
             VerifyPassword: self._do_verify_password,
             HashPassword: self._do_hash_password,
