@@ -62,10 +62,10 @@ from sdk.wire.batch import (
     verify_batch,
 )
 from sdk.wire.codes import (
-    PROTOCOL_VERSION,
-    PROTOCOL_VERSION_MIN,
     LONG_POLL_CODE,
     LONG_POLL_WAIT_MS_MAX,
+    PROTOCOL_VERSION,
+    PROTOCOL_VERSION_MIN,
     RUNTIME_STATS_CODE,
     Command,
     CommandCode,
