@@ -107,6 +107,9 @@ class LongPolls:
         self.stopping = False
         self.refused = 0
         """Waits refused at a bound, since the node started."""
+        self.started = 0
+        """Waits registered (a poll that waits again counts again), since the node
+        started."""
 
     def __len__(self) -> int:
         return len(self._waits)
@@ -137,6 +140,7 @@ class LongPolls:
             deadline_us = now_us + min(max(0, wait_us), LONG_POLL_WAIT_US_MAX)
         token = self._next_token
         self._next_token += 1
+        self.started += 1
         self._waits[token] = _Wait(connection, group_id, offset, deadline_us)
         self._by_connection[connection] = held + 1
         return token

@@ -521,8 +521,11 @@ class Node:
         async def accept(stream: trio.abc.Stream) -> None:
             await serve_connection(self, stream)
 
+        # Connections run in the node's nursery, not under ``scope``: cancelling it stops
+        # accepting, and each open connection answers the request in hand (a waiting long
+        # poll included) before it closes (``_stop``).
         with scope:
-            await trio.serve_listeners(accept, listeners)
+            await trio.serve_listeners(accept, listeners, handler_nursery=self._nursery)
 
     def connection_opened(self) -> bool:
         """Count a new connection; False if the node is full (close it at once)."""
@@ -821,6 +824,9 @@ class Node:
         report.node["disk_used_bytes"] = self.disk.used_bytes
         report.node["disk_free_bytes"] = self.disk.free_bytes
         report.node["disk_full"] = self.disk.full
+        report.node["long_polls_waiting"] = len(self.long_polls)
+        report.node["long_polls_started"] = self.long_polls.started
+        report.node["long_polls_refused"] = self.long_polls.refused
         report.node["sync_scope"] = self.flusher.scope
         report.node["flushes"] = self.flusher.counters.rounds
         report.node["groups_flushed"] = self.flusher.counters.groups_flushed
