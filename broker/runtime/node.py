@@ -603,8 +603,9 @@ class Node:
         return slot.woken
 
     async def _ticker(self) -> None:
-        # Only the groups due on a tick are woken (``GroupTicker``): an idle one costs none.
-        await run_ticker(self.config.tick_ms / 1000, self.ticker.advance)
+        # Only the groups due on a tick are woken (``GroupTicker``): an idle one costs none,
+        # and a tick no group is due on does not wake the loop.
+        await run_ticker(self.config.tick_ms / 1000, self.ticker)
 
     async def _maintenance(self) -> None:
         while True:
@@ -1262,26 +1263,22 @@ class Node:
 
 # -- the ticker -------------------------------------------------------------------------------
 
-TICKS_CATCH_UP_MAX: Final = 10
-"""Ticks delivered at once after the loop stalled; beyond that, time is simply lost."""
 
+async def run_ticker(period_s: float, ticker: GroupTicker) -> None:
+    """Keep ``ticker``'s ticks on trio's clock, one per ``period_s``, forever, without
+    drift: wake the loop only on the ticks a group is due on (``GroupTicker``).
 
-async def run_ticker(period_s: float, deliver: Callable[[int], None]) -> None:
-    """Call ``deliver(n)`` once per ``period_s`` of trio's clock, forever, without drift.
-
-    Deadlines are computed from the first one, not from when the previous tick ran, so
-    a slow pass does not push every later tick back. If the loop stalled for several
-    periods, the missed ticks are delivered at once (at most ``TICKS_CATCH_UP_MAX``)
-    and the schedule resumes from now.
+    Ticks are counted from the start on trio's clock, not from when the previous wake
+    ran, so a slow pass does not push every later tick back; a loop that stalled past a
+    due tick delivers at most ``TICKS_CATCH_UP_MAX`` ticks past it.
     """
-    deadline = trio.current_time()
+    ticker.start(trio.current_time, period_s)
     while True:
-        deadline += period_s
-        await trio.sleep_until(deadline)
-        behind = trio.current_time() - deadline
-        missed = int(behind / period_s) if behind > 0 else 0
-        deadline += missed * period_s
-        deliver(1 + min(missed, TICKS_CATCH_UP_MAX))
+        changed = trio.Event()
+        deadline = ticker.sleep_target(changed.set)
+        with trio.move_on_at(math.inf if deadline is None else deadline):
+            await changed.wait()
+        ticker.catch_up()
 
 
 # -- the system client ------------------------------------------------------------------------
