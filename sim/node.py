@@ -1000,7 +1000,7 @@ class Node:
         host = self.groups.get(response.group)
         if status or host is None or host.replica.is_primary:
             return
-        if request.code == CommandCode.POLL_MESSAGES:
+        if request.code in (CommandCode.POLL_MESSAGES, wire.LONG_POLL_CODE):
             self.backup_polls += 1
         elif request.code == CommandCode.GET_CONSUMER_OFFSET:
             self.fresh_reads += 1

@@ -42,9 +42,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # af702117...: nodes answer requests with the runtime's own handling
 # (``broker.core.handlers``): requests travel as frames (a register as request 0),
 # requests and reads wait for a catch-up or a read barrier instead of being refused at
-# once, and a login of a user the node cannot register is an eviction.
+# once, and a login of a user the node cannot register is an eviction. af702117... ->
+# 302672e0...: consumers send some polls as long polls (``LONG_POLL_CODE``): each poll
+# draws whether it is one, which moves every later draw of the client's randomness.
 BASELINE_SEED = 5
-BASELINE_TRACE_HASH = "af70211707d60d43935d3f29a8761b2f"
+BASELINE_TRACE_HASH = "302672e0661df5fc213ab6756f08451a"
 
 
 def _trace_of(seed: int, hash_seed: str) -> str:
