@@ -181,7 +181,7 @@ def run_groups(groups: int, seconds: float, settle_s: float) -> float:
             async with trio.open_nursery() as nursery:
                 for host in hosts:
                     await nursery.start(host.run)
-                nursery.start_soon(run_ticker, 0.01, ticker.advance)  # as Node._ticker
+                nursery.start_soon(run_ticker, 0.01, ticker)  # as Node._ticker
                 await trio.sleep(settle_s)
                 cpu, wall = time.process_time(), time.monotonic()
                 await trio.sleep(seconds)

@@ -15,9 +15,15 @@ the next one (or commits), and commits store the last consumed offset per partit
 Invariants:
 
 1. Committed offsets never go past what the caller has consumed (at-least-once).
-2. After a round that found nothing, the caller waits ``idle_delay_s()``: it doubles from
-   ``poll_interval_min_s`` to ``poll_interval_max_s`` over consecutive empty rounds and
-   resets on data, so an idle consumer never busy-polls.
+2. After a round that found nothing, the consumer long-polls (``wait_round``): one
+   partition's poll waits on the node until a message is applied or ``long_poll_wait_s``
+   passes (shorter when a group sync or a commit falls due first, and at most
+   ``poll_interval_max_s`` when it reads several partitions, so the others are polled as
+   often as without long polls). Without long polls (turned off, refused by a server
+   that does not know them, or by a node holding as many as it may) the caller waits
+   ``idle_delay_s()``: it doubles from ``poll_interval_min_s`` to ``poll_interval_max_s``
+   over consecutive empty rounds and resets on data. Either way an idle consumer never
+   busy-polls.
 3. A group member re-syncs its assignment every ``sync_interval_s``, on the re-sync
    sentinel and on "partition not owned" / "member not found"; partitions it lost are
    dropped from its positions (their buffered messages may also reach the new owner:
@@ -33,7 +39,7 @@ from typing import Final
 from sdk._protocol import NO_PARTITION, ClientCore, Step
 from sdk.errors import ConsumerGroupAlreadyExists, ConsumerGroupMemberNotFound, IggyError
 from sdk.types import AutoCommit, ConsumerRef, IdLike, ReceivedMessage, to_identifier
-from sdk.wire import IggyErrorCode, PollingStrategy
+from sdk.wire import LONG_POLL_WAIT_MS_MAX, IggyErrorCode, PollingStrategy
 
 __all__ = ["AutoCommit", "ConsumerCore"]
 
@@ -42,6 +48,11 @@ _RESYNC_CODES: Final = (
     IggyErrorCode.CONSUMER_GROUP_MEMBER_NOT_FOUND,
     IggyErrorCode.PARTITION_NOT_FOUND,
 )
+
+LONG_POLL_WAIT_S_DEFAULT: Final = 5.0
+"""A long poll's longest wait by default: an idle consumer asks the node every 5 s."""
+LONG_POLL_WAIT_S_MIN: Final = 0.01
+"""A shorter wait is not worth a long poll: the consumer backs off instead."""
 
 
 class ConsumerCore:
@@ -61,6 +72,9 @@ class ConsumerCore:
         poll_interval_min_s: First wait after an empty round.
         poll_interval_max_s: Longest wait after empty rounds.
         sync_interval_s: How often a group member re-checks its assignment.
+        long_poll: Wait on the node for messages after an empty round (viewstream's
+            long poll); off, or against a server without it, back off instead.
+        long_poll_wait_s: Longest wait of one long poll.
     """
 
     def __init__(
@@ -79,9 +93,13 @@ class ConsumerCore:
         poll_interval_min_s: float,
         poll_interval_max_s: float,
         sync_interval_s: float,
+        long_poll: bool = True,
+        long_poll_wait_s: float = LONG_POLL_WAIT_S_DEFAULT,
     ) -> None:
         if not 0 < poll_interval_min_s <= poll_interval_max_s:
             raise ValueError("need 0 < poll_interval_min_s <= poll_interval_max_s")
+        if not 0 < long_poll_wait_s <= LONG_POLL_WAIT_MS_MAX / 1000:
+            raise ValueError(f"need 0 < long_poll_wait_s <= {LONG_POLL_WAIT_MS_MAX / 1000:g}")
         if batch_length < 1:
             raise ValueError("batch_length must be positive")
         self.core = core
@@ -99,6 +117,9 @@ class ConsumerCore:
         self.poll_interval_min_s = poll_interval_min_s
         self.poll_interval_max_s = poll_interval_max_s
         self.sync_interval_s = sync_interval_s
+        self.long_poll = long_poll
+        """Whether empty rounds long-poll: the setting, until a server refuses the code."""
+        self.long_poll_wait_s = long_poll_wait_s
         self.assigned: list[int] = []
         self.generation: int | None = None
         self.positions: dict[int, int] = {}
@@ -193,6 +214,59 @@ class ConsumerCore:
                 return polled.messages
         self.empty_rounds += 1
         return []
+
+    def wait_round(self, now: float) -> Step[list[ReceivedMessage] | None]:
+        """After an empty round: long-poll the next partition in turn. The messages it
+        brought, ``[]`` when the node waited and none came (poll again at once), or None
+        when nothing waited (long polls off or refused): the caller backs off
+        (``idle_delay_s``)."""
+        if not self.long_poll or not self.assigned:
+            return None
+        wait = self._long_poll_wait_s(now)
+        if wait < LONG_POLL_WAIT_S_MIN:
+            return None
+        partition = self.assigned[self._turn % len(self.assigned)]
+        self._turn += 1
+        position = self.positions.get(partition)
+        strategy = self.start if position is None else PollingStrategy.offset(position)
+        try:
+            polled = yield from self.core.long_poll_messages(
+                self.stream_id,
+                self.topic_id,
+                consumer=self.consumer,
+                strategy=strategy,
+                count=self.batch_length,
+                partition_id=partition,
+                max_wait_s=wait,
+            )
+        except IggyError as error:
+            if error.code == IggyErrorCode.INVALID_COMMAND:
+                self.long_poll = False  # a server without long polls (Iggy's)
+                return None
+            if error.code == IggyErrorCode.FEATURE_UNAVAILABLE:
+                return None  # the node holds as many waiting polls as it may
+            if self.group is not None and error.code in _RESYNC_CODES:
+                yield from self._sync(now)
+                return None
+            raise
+        if polled.messages:
+            self.positions[partition] = polled.messages[-1].offset + 1
+            self.empty_rounds = 0
+            return polled.messages
+        return []
+
+    def _long_poll_wait_s(self, now: float) -> float:
+        """How long the next long poll may wait: until the next group sync or commit
+        falls due, and no longer than ``poll_interval_max_s`` when other partitions
+        wait to be polled."""
+        wait = self.long_poll_wait_s
+        if len(self.assigned) > 1:
+            wait = min(wait, self.poll_interval_max_s)
+        if self.group is not None:
+            wait = min(wait, self._last_sync_at + self.sync_interval_s - now)
+        if self.auto_commit.mode == "interval" and self.dirty:
+            wait = min(wait, self._last_commit_at + self.auto_commit.interval_s - now)
+        return wait
 
     def idle_delay_s(self) -> float:
         """How long to wait after an empty round."""

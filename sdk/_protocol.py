@@ -87,6 +87,8 @@ from sdk.types import (
 )
 from sdk.wire import (
     HEADER_SIZE,
+    LONG_POLL_CODE,
+    LONG_POLL_WAIT_MS_MAX,
     RUNTIME_STATS_CODE,
     AckLevel,
     Balanced,
@@ -121,6 +123,7 @@ from sdk.wire import (
     LoginRegister,
     LoginRegisterReply,
     LoginRegisterWithPat,
+    LongPollMessages,
     MessagesKey,
     Operation,
     OptionDescriptor,
@@ -523,6 +526,7 @@ class ClientCore:
         route: RouteKey | None,
         *,
         deadline: float | None = None,
+        wait_s: float = 0.0,
     ) -> Step[_Answer]:
         """Run one request to completion: choose a node, exchange, retry, learn.
 
@@ -530,7 +534,10 @@ class ClientCore:
             code: The command.
             template: Builds the frame for (client, session, request).
             route: Which group's primary should take it (``None``: any node).
-            deadline: Monotonic time by which to give up (default: now + retry deadline).
+            deadline: Monotonic time by which to give up (default: now + retry deadline
+                + ``wait_s``).
+            wait_s: How long the server may hold the request on purpose (a long poll),
+                added to each attempt's timeout.
         """
         operation = operation_for_code(code)
         replicated = operation is not Operation.NON_REPLICATED
@@ -552,7 +559,7 @@ class ClientCore:
         config = self.config
         now = self._clock()
         if deadline is None:
-            deadline = now + config.retry_deadline_s
+            deadline = now + config.retry_deadline_s + wait_s
         tried: set[NodeAddress] = set()
         binds: dict[NodeAddress, int] = {}
         rounds = 0
@@ -580,7 +587,7 @@ class ClientCore:
                 continue
             attempts += 1
             frame = template.frame(self.session.client_id, self.session.session, request)
-            timeout = max(min(config.request_timeout_s, deadline - now), 0.001)
+            timeout = max(min(config.request_timeout_s + wait_s, deadline - now), 0.001)
             try:
                 reply = yield Exchange(
                     address, frame, timeout, min(config.connect_timeout_s, timeout)
@@ -1340,26 +1347,44 @@ class ClientCore:
             consumer.wire(), stream_id, topic_id, partition_id, strategy, count, auto_commit
         )
         payload = yield from self._request(CommandCode.POLL_MESSAGES, request, route)
-        reply = _expect(payload, PollMessagesReply)
-        partition = reply.partition_id
-        # ``_make`` is tuple.__new__: a poll builds one message per record it read.
-        make = ReceivedMessage._make
-        messages = [
-            make(
-                (
-                    partition,
-                    m.offset,
-                    m.id,
-                    m.checksum,
-                    m.timestamp,
-                    m.origin_timestamp,
-                    bytes(m.payload),
-                    bytes(m.user_headers),
-                )
-            )
-            for m in reply.messages()
-        ]
-        return PolledMessages(partition, reply.current_offset, messages)
+        return _polled(_expect(payload, PollMessagesReply))
+
+    def long_poll_messages(
+        self,
+        stream: IdLike,
+        topic: IdLike,
+        *,
+        consumer: ConsumerRef,
+        strategy: PollingStrategy,
+        count: int,
+        partition_id: int,
+        max_wait_s: float,
+    ) -> Step[PolledMessages]:
+        """viewstream's long poll (``LONG_POLL_CODE``): POLL_MESSAGES of one partition
+        that, when it finds no message, waits on the node up to ``max_wait_s`` for one.
+
+        Raises:
+            InvalidCommand: the server does not know the code (an Iggy server): poll
+                with ``poll_messages`` instead.
+            FeatureUnavailable: the node holds as many waiting polls as it may; poll
+                the ordinary way for now.
+        """
+        if not 0 <= max_wait_s <= LONG_POLL_WAIT_MS_MAX / 1000:
+            raise ValueError(f"max_wait_s must be within 0..{LONG_POLL_WAIT_MS_MAX / 1000:g}")
+        stream_id, topic_id = to_identifier(stream), to_identifier(topic)
+        poll = PollMessages(
+            consumer.wire(), stream_id, topic_id, partition_id, strategy, count, False
+        )
+        body = LongPollMessages(round(max_wait_s * 1000), poll).encode()
+        route = PartitionGroup(stream_id.value, topic_id.value, partition_id)
+        answer = yield from self._call(
+            LONG_POLL_CODE, _BodyTemplate(LONG_POLL_CODE, body), route, wait_s=max_wait_s
+        )
+        try:
+            reply = PollMessagesReply.decode(answer.frame.body)
+        except ProtocolError as error:
+            raise InvalidFormat(detail=f"malformed long poll reply: {error.reason}") from None
+        return _polled(reply)
 
     # --- consumer offsets ----------------------------------------------------------------
 
@@ -1483,6 +1508,29 @@ class ClientCore:
 
 class _LoginRefused(Exception):
     """An empty Register reply (internal signal)."""
+
+
+def _polled(reply: PollMessagesReply) -> PolledMessages:
+    """The messages of a poll reply."""
+    partition = reply.partition_id
+    # ``_make`` is tuple.__new__: a poll builds one message per record it read.
+    make = ReceivedMessage._make
+    messages = [
+        make(
+            (
+                partition,
+                m.offset,
+                m.id,
+                m.checksum,
+                m.timestamp,
+                m.origin_timestamp,
+                bytes(m.payload),
+                bytes(m.user_headers),
+            )
+        )
+        for m in reply.messages()
+    ]
+    return PolledMessages(partition, reply.current_offset, messages)
 
 
 def frame_view(frame: Frame) -> int:

@@ -552,6 +552,31 @@ class Client:
             )
         )
 
+    def long_poll_messages(
+        self,
+        stream: IdLike,
+        topic: IdLike,
+        *,
+        consumer: ConsumerRef,
+        polling_strategy: PollingStrategy,
+        count: int,
+        partition_id: int,
+        max_wait_s: float,
+    ) -> PolledMessages:
+        """Read messages, waiting on the node for one (see
+        :meth:`sdk.client.AsyncClient.long_poll_messages`)."""
+        return self._run(
+            self._core.long_poll_messages(
+                stream,
+                topic,
+                consumer=consumer,
+                strategy=polling_strategy,
+                count=count,
+                partition_id=partition_id,
+                max_wait_s=max_wait_s,
+            )
+        )
+
     # --- consumer offsets ----------------------------------------------------------------------
 
     def get_consumer_offset(

@@ -655,6 +655,37 @@ class AsyncClient:
             )
         )
 
+    async def long_poll_messages(
+        self,
+        stream: IdLike,
+        topic: IdLike,
+        *,
+        consumer: ConsumerRef,
+        polling_strategy: PollingStrategy,
+        count: int,
+        partition_id: int,
+        max_wait_s: float,
+    ) -> PolledMessages:
+        """Read messages of one partition; when there are none, wait on the node up to
+        ``max_wait_s`` (at most 30 s) for one (viewstream's long poll,
+        ``docs/protocol.md`` 5.13a).
+
+        Raises:
+            InvalidCommand: the server does not know long polls (an Iggy server).
+            FeatureUnavailable: the node holds as many waiting long polls as it may.
+        """
+        return await self._run(
+            self._core.long_poll_messages(
+                stream,
+                topic,
+                consumer=consumer,
+                strategy=polling_strategy,
+                count=count,
+                partition_id=partition_id,
+                max_wait_s=max_wait_s,
+            )
+        )
+
     # --- consumer offsets --------------------------------------------------------------------
 
     async def get_consumer_offset(

@@ -20,7 +20,7 @@ from typing import Unpack
 
 import trio
 
-from sdk._consumer_core import ConsumerCore
+from sdk._consumer_core import LONG_POLL_WAIT_S_DEFAULT, ConsumerCore
 from sdk._driver import AsyncDriver, Driver
 from sdk._protocol import ClientCore
 from sdk.types import AutoCommit, ConsumerSettings, IdLike, ReceivedMessage
@@ -46,6 +46,8 @@ def _core(
         poll_interval_min_s=settings.get("poll_interval_min_s", 0.05),
         poll_interval_max_s=settings.get("poll_interval_max_s", 1.0),
         sync_interval_s=settings.get("sync_interval_s", 1.0),
+        long_poll=settings.get("long_poll", True),
+        long_poll_wait_s=settings.get("long_poll_wait_s", LONG_POLL_WAIT_S_DEFAULT),
     )
 
 
@@ -119,6 +121,10 @@ class AsyncConsumer:
             if messages:
                 self._buffer.extend(messages)
                 continue
+            waited = await self._session._run(core.wait_round(trio.current_time()))
+            if waited is not None:
+                self._buffer.extend(waited)
+                continue  # the node waited for us: poll again at once
             await trio.sleep(core.idle_delay_s())
 
     async def commit(self) -> int:
@@ -223,6 +229,10 @@ class Consumer:
                 if messages:
                     self._buffer.extend(messages)
                     continue
+                waited = self._session._run(core.wait_round(time.monotonic()))
+                if waited is not None:
+                    self._buffer.extend(waited)
+                    continue  # the node waited for us: poll again at once
                 self._wakeup.wait(core.idle_delay_s())
             raise StopIteration
 

@@ -479,6 +479,10 @@ class ConsumerSettings(TypedDict, total=False):
         poll_interval_min_s: First wait after an empty poll round (default 50 ms).
         poll_interval_max_s: Longest wait between empty rounds (default 1 s).
         sync_interval_s: How often a group member re-checks its assignment (default 1 s).
+        long_poll: After an empty round, wait on the node for a message (viewstream's
+            long poll, default ``True``); against a server without it (Iggy's) the
+            consumer backs off between polls as with ``False``.
+        long_poll_wait_s: Longest wait of one long poll (default 5 s, at most 30 s).
     """
 
     group: IdLike
@@ -491,3 +495,5 @@ class ConsumerSettings(TypedDict, total=False):
     poll_interval_min_s: float
     poll_interval_max_s: float
     sync_interval_s: float
+    long_poll: bool
+    long_poll_wait_s: float

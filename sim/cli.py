@@ -163,6 +163,8 @@ def _run_swarm(seeds: range, *, faults: bool, plant: str | None, strict: bool) -
         "sessions_closed",
         "forwarded_writes",
         "backup_polls",
+        "long_polls",
+        "long_polls_woken",
         "fresh_reads",
         "fresh_reads_checked",
         "read_backs",

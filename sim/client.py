@@ -75,6 +75,10 @@ THINK_TICKS_MAX: Final = 20
 POLL_COUNT_MAX: Final = 8
 #: Ticks to wait after an admission error before retrying (the node may be lagging).
 BACKOFF_TICKS: Final = 15
+#: The longest wait of a long poll, in ticks of ``TICK_MS`` (the simulator's tick,
+#: ``sim.node.TICK_US``): below every client's request timeout (60 ticks or more).
+LONG_POLL_WAIT_TICKS_MAX: Final = 40
+TICK_MS: Final = 10
 
 
 class Kind(enum.Enum):
@@ -190,6 +194,8 @@ class Client:
     #: Script progress.
     step: int = 0
     batches_sent: int = 0
+    #: Polls this client sent as long polls.
+    long_polls: int = 0
     message_seq: int = 0
     streams_created: int = 0
     streams_wanted: int = 0
@@ -554,10 +560,19 @@ class Client:
             consumer = wire.Consumer(wire.ConsumerKind.CONSUMER_GROUP, wire.Identifier.numeric(0))
         count = self.prng.randint(1, POLL_COUNT_MAX)
         poll = _poll(consumer, stream_id, topic_id, partition, position, count)
+        code = int(CommandCode.POLL_MESSAGES)
+        share = self.options.workload.long_poll_share
+        if share and self.prng.random() < share:
+            # A long poll: the node may hold it until the message at ``position`` is
+            # applied there; its answer is checked as any poll's.
+            wait_ms = self.prng.randint(1, LONG_POLL_WAIT_TICKS_MAX) * TICK_MS
+            poll = wait_ms.to_bytes(4, "little") + poll
+            code = wire.LONG_POLL_CODE
+            self.long_polls += 1
         return Pending(
             Kind.POLL,
             (TOPIC_ID, partition),
-            self._request(CommandCode.POLL_MESSAGES, poll),
+            self._request(code, poll),
             0,
             partition=partition,
             position=position,
@@ -747,6 +762,10 @@ def _identity(request: ClientRequest) -> bytes:
     resolved (a login's user, a system request)."""
     if request.code in (SYSTEM_CODE, CommandCode.LOGIN_REGISTER):
         return b""
+    if request.code == wire.LONG_POLL_CODE:
+        # Answered as the POLL_MESSAGES it carries, identified by its whole body.
+        poll = wire.LongPollMessages.decode(request.payload).poll
+        return request_checksum(CommandCode.POLL_MESSAGES, poll, request.payload)
     code = CommandCode(request.code)
     payload = wire.COMMANDS[code].decode_request(request.payload)
     return request_checksum(code, payload, request.payload)

@@ -74,6 +74,7 @@ from broker.core.groups import (
 )
 from broker.core.handlers import (
     RULES,
+    AwaitMessages,
     CatchUp,
     Effect,
     Flow,
@@ -89,6 +90,7 @@ from broker.core.handlers import (
 )
 from broker.core.handlers import Group as CoreGroup
 from broker.core.identity import internal_checksum
+from broker.core.long_polls import LongPolls, Refusal, Woken
 from broker.core.reads import READ_WAIT_US, ReadIndexRound, read_index_answer, readable
 from broker.core.reconcile import METADATA_GROUP, reconcile
 from broker.core.sessions import (
@@ -333,7 +335,12 @@ class Node:
         #: arrival order), and flows whose submission was answered, to resume in order.
         self._waits: dict[int, _Wait] = {}
         self._read_token = 0
-        self._ready: deque[tuple[_Flow, Outcome]] = deque()
+        self._ready: deque[tuple[_Flow, Outcome | Woken]] = deque()
+        #: Long polls waiting here (``broker.core.long_polls``), and their flows by token.
+        self.long_polls = LongPolls()
+        self._long_polls: dict[int, _Flow] = {}
+        #: Long polls this node answered after a wait (every incarnation).
+        self.long_polls_woken = 0
         #: The tick of what the node is doing now: its clock for the flows.
         self._tick = 0
         #: The node's randomness for the flows (salts, tokens), renewed at every restart.
@@ -454,6 +461,8 @@ class Node:
         self._waiting.clear()  # the connections that waited are gone with the process
         self._waits = {}
         self._ready.clear()
+        self.long_polls = LongPolls()
+        self._long_polls = {}
         # Every connection closes with the process; as the runtime, the new process ends
         # none of their sessions (``broker.core.sessions``, invariant 6): a client's next
         # login ends its old session.
@@ -535,6 +544,7 @@ class Node:
         if self._by_partition.get(key) == group:
             del self._by_partition[key]
         host.requests.refuse_all(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
+        self._wake_long_polls(self.long_polls.group_gone(group))
         self.tombstones.add(group)
         del self.disks[group]
         self._recovered.pop(group, None)
@@ -559,6 +569,12 @@ class Node:
         self.observer.on_step(self.index, host.group, replica)
         if host.group == METADATA_GROUP and replica.commit_min != self._reconciled_op:
             self._reconcile(tick)
+            self._wake_long_polls(self.long_polls.metadata_changed())
+        elif self._long_polls:
+            machine = host.partition_machine
+            if machine is not None:
+                next_offset = machine.state.frontier.next_offset
+                self._wake_long_polls(self.long_polls.applied(host.group, next_offset))
 
     def _admit_queued(self, tick: int, host: GroupHost) -> None:
         """Carry out ``GroupRequests.take`` as the runtime's group host does: a backup
@@ -632,6 +648,7 @@ class Node:
 
     def tick(self, tick: int) -> None:
         self._tick = tick
+        self._wake_long_polls(self.long_polls.expired(tick * TICK_US))
         self._expire_waiting(tick)
         self._resume_ready()
         self._check_waits(tick)
@@ -810,6 +827,9 @@ class Node:
             return
         frame = wire.decode_frame(request.frame())
         context = self._connection(request.client_id)
+        # As the runtime's connection: a long poll waiting for it answers first.
+        self._wake_long_polls(self.long_polls.connection_busy(id(context)))
+        self._resume_ready()
         flow = handle(self, context, frame, self.rules)
         self._resume(_Flow(flow, source, request, self.incarnation), None)
         self._resume_ready()
@@ -838,6 +858,19 @@ class Node:
             self._submit_effect(waiting, effect)
         elif isinstance(effect, CatchUp | ReadBarrier | PurgeApplied):
             self._wait_effect(waiting, effect)
+        elif isinstance(effect, AwaitMessages):
+            token = self.long_polls.register(
+                id(effect.context),
+                effect.group_id,
+                effect.offset,
+                now_us=self._tick * TICK_US,
+                wait_us=effect.wait_us,
+                deadline_us=effect.deadline_us,
+            )
+            if isinstance(token, Refusal):
+                self._resume(waiting, token)
+            else:
+                self._long_polls[token] = waiting
         elif isinstance(effect, PasswordLogin):
             user = login_user(self.metadata_state(), effect.username)
             if user is not None and not verify_password(user.password, effect.password):
@@ -849,6 +882,12 @@ class Node:
             assert isinstance(effect, HashPassword)
             salt = self._prng.randbytes(16)
             self._resume(waiting, hash_password(effect.password, salt, n=16, r=1, p=1))
+
+    def _wake_long_polls(self, released: list[tuple[int, Woken]]) -> None:
+        """Resume the released long polls in order, after the step that released them."""
+        for token, woken in released:
+            self.long_polls_woken += 1
+            self._ready.append((self._long_polls.pop(token), woken))
 
     def _submit_effect(self, waiting: _Flow, effect: Submit) -> None:
         host = self.groups.get(effect.group_id)
@@ -976,7 +1015,7 @@ class Node:
         host = self.groups.get(response.group)
         if status or host is None or host.replica.is_primary:
             return
-        if request.code == CommandCode.POLL_MESSAGES:
+        if request.code in (CommandCode.POLL_MESSAGES, wire.LONG_POLL_CODE):
             self.backup_polls += 1
         elif request.code == CommandCode.GET_CONSUMER_OFFSET:
             self.fresh_reads += 1
@@ -1104,6 +1143,7 @@ class Node:
         context = self.connections.pop(client_id, None)
         if context is None:
             return  # never opened by this process
+        self._wake_long_polls(self.long_polls.connection_busy(id(context)))
         self.connections_closed += 1
         session = session_to_end(context, self.metadata_state().session)
         if session:

@@ -109,6 +109,9 @@ class WorkloadOptions:
     #: The share of a producer's acknowledged sends it reads back on the connection that
     #: acknowledged them (``sim.client``; the ``read-your-writes`` checker). Not drawn.
     read_back_share: float = 0.3
+    #: The share of a consumer's polls sent as long polls (``sdk.wire.LONG_POLL_CODE``),
+    #: each waiting up to ``LONG_POLL_WAIT_TICKS_MAX`` ticks on the node. Not drawn.
+    long_poll_share: float = 0.3
     #: The share of writes sent to a node drawn at random rather than to the known
     #: primary, as a client behind a load balancer sends them: a backup forwards them.
     #: Not drawn.

@@ -444,6 +444,8 @@ class World:
             "connections_closed": sum(n.connections_closed for n in self.nodes),
             "forwarded_writes": sum(n.forwarded_writes for n in self.nodes),
             "backup_polls": sum(n.backup_polls for n in self.nodes),
+            "long_polls": sum(c.long_polls for c in self.clients),
+            "long_polls_woken": sum(n.long_polls_woken for n in self.nodes),
             "fresh_reads": sum(n.fresh_reads for n in self.nodes),
             "fresh_reads_checked": self.checkers.fresh_reads_checked,
             "view_max": max(views, default=0),

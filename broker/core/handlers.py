@@ -73,6 +73,7 @@ from broker.core.commands import (
 from broker.core.connections import ConnectionContext, Response
 from broker.core.groups import Outcome, Refused, Replied, SessionLost
 from broker.core.identity import register_checksum, request_checksum, stamped_checksum_valid
+from broker.core.long_polls import Refusal, WakeReason, Woken
 from broker.core.reconcile import METADATA_GROUP
 from broker.core.retention import delete_segments_offset, sealed_segments
 from broker.core.sessions import (
@@ -114,6 +115,7 @@ from journal import SegmentInfo
 from sdk import wire
 from sdk.wire import (
     COMMANDS,
+    LONG_POLL_CODE,
     CommandCode,
     EvictionReason,
     Frame,
@@ -200,6 +202,20 @@ class PurgeApplied:
 
 
 @dataclass(frozen=True, slots=True)
+class AwaitMessages:
+    """Wait until partition group ``group_id`` applies the message at ``offset`` here, for
+    at most ``wait_us`` (or, waiting again, until ``deadline_us``), within the node's
+    bounds of waiting long polls (``broker.core.long_polls``). The result is a ``Woken``,
+    or a ``Refusal`` at once when a bound is reached."""
+
+    context: ConnectionContext
+    group_id: int
+    offset: int
+    wait_us: int
+    deadline_us: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PasswordLogin:
     """Check ``password`` for ``username`` within the login bounds of clients at ``host``
     (their turn, their failure delay; a failure counts against them). The result is the
@@ -227,7 +243,14 @@ class HashPassword:
 
 
 Effect = (
-    Submit | CatchUp | ReadBarrier | PurgeApplied | PasswordLogin | VerifyPassword | HashPassword
+    Submit
+    | CatchUp
+    | ReadBarrier
+    | PurgeApplied
+    | AwaitMessages
+    | PasswordLogin
+    | VerifyPassword
+    | HashPassword
 )
 Flow = Generator[Effect, Any, Response]
 
@@ -395,6 +418,8 @@ def handle(node: Node, context: ConnectionContext, frame: Frame, rules: Rules = 
     try:
         if header.operation is Operation.NON_REPLICATED and header.code == RUNTIME_STATS_CODE:
             return (yield from _runtime_stats(node, context, header, rules))
+        if header.operation is Operation.NON_REPLICATED and header.code == LONG_POLL_CODE:
+            return (yield from _long_poll(node, context, header, frame, rules))
         decoded = _decode(context, header, frame, rules)
         if isinstance(decoded, Response):
             return decoded
@@ -867,8 +892,30 @@ def _attach(node: Node, request: Request) -> Flow:
 def _poll(node: Node, request: Request) -> Flow:
     """Messages from the partition's committed state, behind the read barrier; a poll
     routed here (POLL_PRIMARY) acts for the attached session and needs the primary."""
-    header, code, payload = request.header, request.code, request.payload
+    payload = request.payload
     assert isinstance(payload, wire.PollMessages)
+    fresh = payload.strategy.kind is wire.PollingKind.NEXT
+    answer = yield from _poll_answer(node, request, payload, fresh=fresh, may_wait=False)
+    assert isinstance(answer, Response)
+    return answer
+
+
+@dataclass(frozen=True, slots=True)
+class _NothingYet:
+    """A poll that found no message and may wait: for group ``group_id`` to apply the
+    message at ``offset``."""
+
+    group_id: int
+    offset: int
+
+
+def _poll_answer(
+    node: Node, request: Request, payload: wire.PollMessages, *, fresh: bool, may_wait: bool
+) -> Generator[Effect, Any, Response | _NothingYet]:
+    """The answer to ``payload`` from the partition's committed state, behind the read
+    barrier (``fresh``: a confirmed read index); when ``may_wait`` and the poll would find
+    no message, what to wait for instead."""
+    header, code = request.header, request.code
     state = _state(node)
     session = header.session
     if code is CommandCode.POLL_PRIMARY:
@@ -885,7 +932,6 @@ def _poll(node: Node, request: Request) -> Flow:
     if code is CommandCode.POLL_PRIMARY and not group.is_primary:
         # Routed here by a stale route: the client asks for the route again.
         return _refused(node, header, TRANSIENT, group)
-    fresh = payload.strategy.kind is wire.PollingKind.NEXT
     group_id = group.group_id
     seen = request.rules.must_see(request.context, group_id)
     if not (yield ReadBarrier(group_id, seen, fresh, journal=True)):
@@ -901,6 +947,10 @@ def _poll(node: Node, request: Request) -> Flow:
         return _refused(node, header, TRANSIENT, group)
     machine = group.partition_machine
     assert machine is not None and route.consumer is not None
+    if may_wait:
+        offset = machine.poll_wait_offset(payload, route.consumer)
+        if offset is not None:
+            return _NothingYet(group_id, offset)
     parts, store = machine.poll(payload, route.consumer)
     if store is not None:
         node.auto_commit(group, route, store, admitted.user_id)
@@ -913,6 +963,61 @@ def _poll(node: Node, request: Request) -> Flow:
         first_offset=first_offset,
         checksum=checksum,
     )
+
+
+def _long_poll(
+    node: Node, context: ConnectionContext, header: RequestHeader, frame: Frame, rules: Rules
+) -> Flow:
+    """viewstream's long poll (``LONG_POLL_CODE``): POLL_MESSAGES, but a poll that finds
+    no message waits here until the partition applies one, or until ``max_wait_ms``
+    passes (``broker.core.long_polls``); then it answers as POLL_MESSAGES does.
+
+    The first read is fresh for a NEXT poll, as POLL_MESSAGES; a read after a wait need
+    not be (the state only grew since). Woken by a metadata change, the poll checks its
+    session and route again and may wait again until the same deadline; woken for any
+    other reason it answers with what is there, perhaps nothing."""
+    try:
+        long_poll = wire.LongPollMessages.decode(frame.body)
+    except ProtocolError as error:
+        return protocol_failure(header, error)
+    if not stamped_checksum_valid(header.request_checksum, frame.body):
+        return status(
+            header,
+            IggyErrorCode.INVALID_FORMAT,
+            refusal="the stamped request_checksum does not match the body",
+        )
+    failure = yield from _check_session(node, context, header, rules)
+    if failure is not None:
+        return failure
+    seen = rules.must_see(context, METADATA_GROUP)
+    if node.metadata.applied_op < seen:
+        yield CatchUp(METADATA_GROUP, seen)
+    payload = long_poll.poll
+    request = Request(context, header, CommandCode.POLL_MESSAGES, payload, frame.body, rules)
+    fresh = payload.strategy.kind is wire.PollingKind.NEXT
+    wait_us = min(long_poll.max_wait_ms, wire.LONG_POLL_WAIT_MS_MAX) * 1000
+    deadline_us: int | None = None
+    while True:
+        may_wait = wait_us > 0
+        answer = yield from _poll_answer(node, request, payload, fresh=fresh, may_wait=may_wait)
+        if isinstance(answer, Response):
+            return answer
+        fresh = False
+        woken = yield AwaitMessages(context, answer.group_id, answer.offset, wait_us, deadline_us)
+        if isinstance(woken, Refusal):
+            return status(header, IggyErrorCode.FEATURE_UNAVAILABLE, refusal=woken.why)
+        assert isinstance(woken, Woken)
+        deadline_us = woken.deadline_us
+        if woken.reason is WakeReason.METADATA:
+            failure = yield from _check_session(node, context, header, rules)
+            if failure is not None:
+                return failure
+            continue  # the route may have changed: admit the poll again
+        if woken.reason is not WakeReason.MESSAGES:
+            break
+    answer = yield from _poll_answer(node, request, payload, fresh=False, may_wait=False)
+    assert isinstance(answer, Response)
+    return answer
 
 
 def _offset_read(node: Node, request: Request) -> Flow:

@@ -62,6 +62,13 @@ class TickSchedule:
         """Forget the deadline of ``key``, if any (its heap entry goes stale)."""
         self._deadlines.pop(key, None)
 
+    def earliest(self) -> int | None:
+        """The earliest deadline of any key (perhaps at or before ``now``), if any."""
+        heap, deadlines = self._heap, self._deadlines
+        while heap and deadlines.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)  # superseded or cancelled
+        return heap[0][0] if heap else None
+
     def advance(self, ticks: int) -> list[int]:
         """Let ``ticks`` ticks pass; return the keys now due, which lose their deadline."""
         assert ticks >= 0

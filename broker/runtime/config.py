@@ -116,6 +116,13 @@ class Limits(BaseModel):
         "whatever the budget; below it the node refuses new messages as when over its "
         "budget, and its partition backups stop writing their peers' message prepares.",
     )
+    long_polls_waiting_max: int = Field(
+        1024,
+        ge=0,
+        description="Long polls (viewstream's extension, `docs/protocol.md`) that may wait "
+        "on the node at once; one more is answered at once with 5 (FeatureUnavailable), "
+        "and our SDK polls the ordinary way for that round. 0: every long poll is refused.",
+    )
     # -- descriptors
     partition_descriptors_reserved: int = Field(
         5120,

@@ -12,7 +12,9 @@ Invariants:
    requests wait for their replies, after which the socket is not read (TCP backpressure).
    Buffers grow with the bytes that arrive, never from a declared size.
 2. Replies go out in request order: one handler task answers requests one at a time, so
-   a session is lock-step whatever the client does.
+   a session is lock-step whatever the client does. A long poll waiting for the
+   connection (``broker.core.long_polls``) answers as soon as another frame arrives or
+   the reader ends, so nothing waits behind it.
 3. Timeouts: no complete request for ``idle_timeout_s`` while nothing is in flight, a
    frame that does not finish within ``frame_read_timeout_s`` of its first byte (half a
    header, then silence), or a reply the client does not read within that time, and the
@@ -133,6 +135,11 @@ class Host(Protocol):
     async def handle(self, context: ConnectionContext, frame: Frame) -> Response: ...
 
     def log_refusal(self, context: ConnectionContext, command: str, reason: str) -> None: ...
+
+    def connection_busy(self, context: ConnectionContext) -> None:
+        """The connection has another request to answer, or will read no more: a long
+        poll waiting for it answers now."""
+        ...
 
 
 class Listener(Host, Protocol):
@@ -303,6 +310,14 @@ class Connection:
         return self._logged_in
 
     async def _read(self, out: trio.MemorySendChannel[_Item], slots: trio.Semaphore) -> None:
+        try:
+            await self._read_frames(out, slots)
+        finally:
+            # Nothing more will be read: a long poll waiting for this connection answers
+            # now instead of at its deadline.
+            self._node.connection_busy(self.context)
+
+    async def _read_frames(self, out: trio.MemorySendChannel[_Item], slots: trio.Semaphore) -> None:
         limits = self._limits
         decoder = FrameDecoder(limits.frame_size_bytes_max, admit=self._admit_header)
         counters = self._node.counters
@@ -381,6 +396,10 @@ class Connection:
             if frame is NEED_MORE_BYTES:
                 return completed
             completed = True
+            if self._in_flight:
+                # A long poll waiting for this connection answers now: in request order,
+                # this frame would wait behind it (``broker.core.long_polls``).
+                self._node.connection_busy(self.context)
             await slots.acquire()
             self._in_flight += 1
             self.frames_read += 1

@@ -198,28 +198,58 @@ PARTITION_DESCRIPTORS: Final = DescriptorReserve()
 """This process's reserve (``DescriptorReserve``)."""
 
 
+TICKS_CATCH_UP_MAX: Final = 10
+"""Ticks delivered past a due group's tick when the loop ran late (a stall); beyond
+that, time is simply lost."""
+
+
 class GroupTicker:
     """The node's ticks, and the groups to wake on each: one per node, fed by its ticker.
 
-    A group asks to be woken on a tick (``wake_at``) each time it goes to sleep; ``advance``
-    (the node's ticker, every ``tick_ms``) wakes only the groups due by then, so an idle
-    group costs a tick nothing (``broker.core.ticks``).
+    A group asks to be woken on a tick (``wake_at``) each time it goes to sleep; the
+    ticker wakes only the groups due, so an idle group costs a tick nothing
+    (``broker.core.ticks``). Once ``start``-ed on a clock (the node's ticker task,
+    ``run_ticker``), ticks are the clock's: ``now`` is the number of ``period_s`` periods
+    since the start, brought up to date whenever it is read, so the ticker task need not
+    wake the loop on a tick no group is due on. It sleeps until the earliest due tick,
+    or until a group asks for an earlier one. Without a clock (tests), ticks pass only
+    by ``advance``.
+
+    A loop that ran late past a due group's tick (a stall) delivers at most
+    ``TICKS_CATCH_UP_MAX`` ticks past it; the schedule resumes from then.
     """
 
     def __init__(self) -> None:
         self._schedule = TickSchedule()
         self._wakes: dict[int, Callable[[], None]] = {}
+        self._clock: Callable[[], float] | None = None
+        self._period_s = 0.0
+        self._base_s = 0.0
+        self._sleeping_to: int | None = None
+        self._changed: Callable[[], None] | None = None
 
     @property
     def now(self) -> int:
-        """Ticks delivered so far."""
+        """Ticks passed so far (on the clock, once started)."""
+        self.catch_up()
         return self._schedule.now
+
+    def start(self, clock: Callable[[], float], period_s: float) -> None:
+        """Count ticks of ``period_s`` on ``clock`` from now on, after those passed."""
+        assert period_s > 0
+        self._clock = clock
+        self._period_s = period_s
+        self._base_s = clock() - self._schedule.now * period_s
 
     def wake_at(self, group_id: int, tick: int, wake: Callable[[], None]) -> None:
         """Call ``wake`` once ``tick`` is reached (at the next ``advance`` if it was),
         instead of anything asked before for ``group_id``."""
         self._schedule.wake_at(group_id, tick)
         self._wakes[group_id] = wake
+        changed = self._changed
+        if changed is not None and (self._sleeping_to is None or tick < self._sleeping_to):
+            self._changed = None
+            changed()  # the ticker task sleeps past this tick: it sleeps again
 
     def cancel(self, group_id: int) -> None:
         self._schedule.cancel(group_id)
@@ -229,6 +259,34 @@ class GroupTicker:
         """``ticks`` ticks passed: wake the groups due by now."""
         for group_id in self._schedule.advance(ticks):
             self._wakes.pop(group_id)()
+
+    def catch_up(self) -> None:
+        """Deliver the ticks the clock says passed (none without a clock)."""
+        clock = self._clock
+        if clock is None:
+            return
+        schedule = self._schedule
+        real = int((clock() - self._base_s) / self._period_s + 1e-9)
+        if real <= schedule.now:
+            return
+        due = schedule.earliest()
+        if due is not None:
+            latest = max(due, schedule.now) + TICKS_CATCH_UP_MAX
+            if real > latest:
+                self._base_s += (real - latest) * self._period_s  # a stall: time is lost
+                real = latest
+        self.advance(real - schedule.now)
+
+    def sleep_target(self, changed: Callable[[], None]) -> float | None:
+        """For the ticker task about to sleep: the clock time of the earliest due tick
+        (None: none is due), and ``changed`` to call when a group asks for an earlier one."""
+        assert self._clock is not None, "start the ticker first"
+        due = self._schedule.earliest()
+        self._sleeping_to = due
+        self._changed = changed
+        if due is None:
+            return None
+        return self._base_s + due * self._period_s
 
 
 _failure_lines = RefusalLimiter()

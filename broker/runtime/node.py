@@ -61,6 +61,7 @@ import dataclasses
 import functools
 import json
 import logging
+import math
 import os
 import platform
 import random
@@ -92,6 +93,7 @@ from broker.core.groups import (
 )
 from broker.core.handlers import (
     LOGINS_BUSY,
+    AwaitMessages,
     CatchUp,
     HashPassword,
     LoginsBusy,
@@ -105,6 +107,7 @@ from broker.core.handlers import (
 )
 from broker.core.handlers import Group as CoreGroup
 from broker.core.logins import LoginThrottle
+from broker.core.long_polls import LongPolls, Refusal, Woken
 from broker.core.maintenance import (
     AutoCommits,
     PurgesDue,
@@ -219,6 +222,14 @@ _NodeRead = Callable[[ConnectionContext, int, wire.RequestPayload], bytes]
 """A read of the node's own facts: (connection, session, request payload) to the body."""
 
 
+@dataclasses.dataclass(slots=True)
+class _LongPollSlot:
+    """How a waiting long poll's flow is resumed: its event, and why it woke."""
+
+    event: trio.Event
+    woken: Woken | None = None
+
+
 def now_us() -> int:
     return time.time_ns() // 1000
 
@@ -275,6 +286,11 @@ class Node:
         self._retentions = RetentionsDue(max(1, round(config.retention_interval_s * 1e6)))
         self._bootstrapping = False
         self._expiring_tokens = False
+        self.long_polls = LongPolls(limits.long_polls_waiting_max)
+        """The long polls waiting here (``broker.core.long_polls``), each resumed through
+        its slot in ``_long_poll_slots``."""
+        self._long_poll_slots: dict[int, _LongPollSlot] = {}
+        self._long_poll_timer_changed = trio.Event()
         self.stopping = False
         self.connections: int = 0
         self.open_connections: set[Connection] = set()
@@ -359,6 +375,13 @@ class Node:
     def _on_applied(self, host: GroupHost) -> None:
         if host.kind is GroupKind.METADATA:
             self._reconcile_partitions()
+            if len(self.long_polls):
+                self._wake_long_polls(self.long_polls.metadata_changed())
+            return
+        machine = host.partition_machine
+        if len(self.long_polls) and machine is not None:
+            next_offset = machine.state.frontier.next_offset
+            self._wake_long_polls(self.long_polls.applied(host.group_id, next_offset))
 
     def _reconcile_partitions(self) -> None:
         machine = self.metadata.metadata
@@ -400,6 +423,7 @@ class Node:
         scope = self._scopes.get(group_id)
         if scope is not None:
             scope.cancel()
+        self._wake_long_polls(self.long_polls.group_gone(group_id))
         assert self._nursery is not None
         self._nursery.start_soon(self._dispose_group, host)
 
@@ -457,6 +481,7 @@ class Node:
                 await self._bootstrap_alone()
             nursery.start_soon(self._ticker)
             nursery.start_soon(self._maintenance)
+            nursery.start_soon(self._long_poll_timer)
             tls = self._tls_context()
             sockets = await trio.open_tcp_listeners(port, host=host)
             bound = sockets[0].socket.getsockname()
@@ -506,6 +531,9 @@ class Node:
             for scope in listen_scopes:
                 scope.cancel()
             self._http_scope.cancel()
+            # Waiting long polls answer now with what they have, so their connections
+            # close after them rather than at their deadline.
+            self._wake_long_polls(self.long_polls.stop())
             for connection in list(self.open_connections):
                 connection.shutdown()
             for http_connection in list(self.http_connections):
@@ -606,8 +634,11 @@ class Node:
         async def accept(stream: trio.abc.Stream) -> None:
             await serve_connection(self, stream, websocket=websocket)
 
+        # Connections run in the node's nursery, not under ``scope``: cancelling it stops
+        # accepting, and each open connection answers the request in hand (a waiting long
+        # poll included) before it closes (``_stop``).
         with scope:
-            await trio.serve_listeners(accept, listeners)
+            await trio.serve_listeners(accept, listeners, handler_nursery=self._nursery)
 
     def connection_opened(self) -> bool:
         """Count a new connection; False if the node is full (close it at once)."""
@@ -633,9 +664,61 @@ class Node:
         if session and self._nursery is not None:
             self._nursery.start_soon(self.system.run, self.metadata, EndSession(session))
 
+    # -- long polls (``broker.core.long_polls``) -------------------------------------------
+
+    def _long_poll_now_us(self) -> int:
+        """The clock of long-poll deadlines: trio's (monotonic), in whole microseconds,
+        rounded up so a timer that fires at a deadline finds it passed."""
+        return math.ceil(trio.current_time() * 1_000_000)
+
+    def _wake_long_polls(self, released: list[tuple[int, Woken]]) -> None:
+        for token, woken in released:
+            slot = self._long_poll_slots.pop(token)
+            slot.woken = woken
+            slot.event.set()
+
+    def connection_busy(self, context: ConnectionContext) -> None:
+        """The connection has another request to answer, or went: a poll waiting for it
+        answers now (a connection answers in order; nothing waits behind a long poll)."""
+        self._wake_long_polls(self.long_polls.connection_busy(id(context)))
+
+    async def _long_poll_timer(self) -> None:
+        """Release the long polls whose deadline passed, at the earliest deadline."""
+        while True:
+            changed = self._long_poll_timer_changed = trio.Event()
+            deadline_us = self.long_polls.next_deadline_us()
+            if deadline_us is None:
+                await changed.wait()
+                continue
+            with trio.move_on_at(deadline_us / 1_000_000):
+                await changed.wait()
+            self._wake_long_polls(self.long_polls.expired(self._long_poll_now_us()))
+
+    async def _do_await_messages(self, effect: AwaitMessages) -> Woken | Refusal:
+        token = self.long_polls.register(
+            id(effect.context),
+            effect.group_id,
+            effect.offset,
+            now_us=self._long_poll_now_us(),
+            wait_us=effect.wait_us,
+            deadline_us=effect.deadline_us,
+        )
+        if isinstance(token, Refusal):
+            return token
+        slot = self._long_poll_slots[token] = _LongPollSlot(trio.Event())
+        self._long_poll_timer_changed.set()
+        try:
+            await slot.event.wait()
+        finally:
+            if slot.woken is None:  # cancelled: the connection or the node went
+                self._wake_long_polls(self.long_polls.cancel(token))
+        assert slot.woken is not None
+        return slot.woken
+
     async def _ticker(self) -> None:
-        # Only the groups due on a tick are woken (``GroupTicker``): an idle one costs none.
-        await run_ticker(self.config.tick_ms / 1000, self.ticker.advance)
+        # Only the groups due on a tick are woken (``GroupTicker``): an idle one costs none,
+        # and a tick no group is due on does not wake the loop.
+        await run_ticker(self.config.tick_ms / 1000, self.ticker)
 
     async def _maintenance(self) -> None:
         while True:
@@ -870,6 +953,9 @@ class Node:
         )
         report.node["bytes_deleted"] = self.disk.bytes_deleted
         report.node["segments_deleted"] = self.disk.segments_deleted
+        report.node["long_polls_waiting"] = len(self.long_polls)
+        report.node["long_polls_started"] = self.long_polls.started
+        report.node["long_polls_refused"] = self.long_polls.refused
         report.node["sync_scope"] = self.flusher.scope
         report.node["flushes"] = self.flusher.counters.rounds
         report.node["groups_flushed"] = self.flusher.counters.groups_flushed
@@ -1044,6 +1130,7 @@ class Node:
             CatchUp: self._do_catch_up,
             ReadBarrier: self._do_read_barrier,
             PurgeApplied: self._do_purge_applied,
+            AwaitMessages: self._do_await_messages,
             PasswordLogin: self._do_password_login,
             VerifyPassword: self._do_verify_password,
             HashPassword: self._do_hash_password,
@@ -1338,26 +1425,22 @@ class Node:
 
 # -- the ticker -------------------------------------------------------------------------------
 
-TICKS_CATCH_UP_MAX: Final = 10
-"""Ticks delivered at once after the loop stalled; beyond that, time is simply lost."""
 
+async def run_ticker(period_s: float, ticker: GroupTicker) -> None:
+    """Keep ``ticker``'s ticks on trio's clock, one per ``period_s``, forever, without
+    drift: wake the loop only on the ticks a group is due on (``GroupTicker``).
 
-async def run_ticker(period_s: float, deliver: Callable[[int], None]) -> None:
-    """Call ``deliver(n)`` once per ``period_s`` of trio's clock, forever, without drift.
-
-    Deadlines are computed from the first one, not from when the previous tick ran, so
-    a slow pass does not push every later tick back. If the loop stalled for several
-    periods, the missed ticks are delivered at once (at most ``TICKS_CATCH_UP_MAX``)
-    and the schedule resumes from now.
+    Ticks are counted from the start on trio's clock, not from when the previous wake
+    ran, so a slow pass does not push every later tick back; a loop that stalled past a
+    due tick delivers at most ``TICKS_CATCH_UP_MAX`` ticks past it.
     """
-    deadline = trio.current_time()
+    ticker.start(trio.current_time, period_s)
     while True:
-        deadline += period_s
-        await trio.sleep_until(deadline)
-        behind = trio.current_time() - deadline
-        missed = int(behind / period_s) if behind > 0 else 0
-        deadline += missed * period_s
-        deliver(1 + min(missed, TICKS_CATCH_UP_MAX))
+        changed = trio.Event()
+        deadline = ticker.sleep_target(changed.set)
+        with trio.move_on_at(math.inf if deadline is None else deadline):
+            await changed.wait()
+        ticker.catch_up()
 
 
 # -- the system client ------------------------------------------------------------------------

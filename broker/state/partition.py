@@ -722,6 +722,25 @@ class PartitionState:
         store = slices[-1].last_offset if auto_commit and slices else None
         return PollResult(self.current_offset, tuple(slices), messages, store)
 
+    def poll_wait_offset(
+        self, consumer: ConsumerKey, kind: PollingKind, value: int, count: int
+    ) -> int | None:
+        """None when ``poll`` with these arguments returns messages now; else the offset
+        whose message, once committed, a waiting poll wakes for: where the poll would
+        start, or the next offset when that is below it (a ``LAST``, a ``TIMESTAMP``
+        past every message, an empty partition).
+
+        Raises:
+            StateError: as ``poll``.
+        """
+        if not 1 <= count <= POLL_MESSAGES_MAX:
+            raise StateError(ErrorCode.INVALID_MESSAGES_COUNT, f"count {count}")
+        start = self._poll_start(consumer, kind, value, count)
+        end = self._frontier.next_offset
+        if start < end:
+            return None
+        return max(start, end)
+
     def _poll_start(self, consumer: ConsumerKey, kind: PollingKind, value: int, count: int) -> int:
         first = self.first_offset
         end = self._frontier.next_offset

@@ -152,6 +152,20 @@ class PartitionMachine:
         parts = wire.poll_reply_parts(self.state.partition_id, result.current_offset, result.slices)
         return parts, result.store_offset
 
+    def poll_wait_offset(self, request: wire.PollMessages, consumer: ConsumerKey) -> int | None:
+        """None when ``poll`` would return messages now; else the offset a long poll
+        waits for (``PartitionState.poll_wait_offset``).
+
+        Raises:
+            StateError: an invalid count or strategy.
+        """
+        return self.state.poll_wait_offset(
+            consumer,
+            PollingKind(int(request.strategy.kind)),
+            request.strategy.value,
+            request.count,
+        )
+
     def get_consumer_offset(self, consumer: ConsumerKey) -> bytes:
         """GET_CONSUMER_OFFSET reply; empty when the consumer has stored no offset."""
         stored = self.state.consumer_offset(consumer)

@@ -62,6 +62,8 @@ from sdk.wire.batch import (
     verify_batch,
 )
 from sdk.wire.codes import (
+    LONG_POLL_CODE,
+    LONG_POLL_WAIT_MS_MAX,
     PROTOCOL_VERSION,
     PROTOCOL_VERSION_MIN,
     RUNTIME_STATS_CODE,
@@ -122,6 +124,7 @@ from sdk.wire.messages import (
     ConsumerOffsetInfo,
     DeleteConsumerOffset,
     GetConsumerOffset,
+    LongPollMessages,
     PollMessages,
     PollMessagesReply,
     SendConfirmation,
@@ -238,6 +241,8 @@ __all__ = [
     "Operation",
     "PROTOCOL_VERSION",
     "PROTOCOL_VERSION_MIN",
+    "LONG_POLL_CODE",
+    "LONG_POLL_WAIT_MS_MAX",
     "RUNTIME_STATS_CODE",
     "code_for_operation",
     "format_protocol_version",
@@ -354,6 +359,7 @@ __all__ = [
     "PartitionsChange",
     "DeleteSegments",
     "Permissions",
+    "LongPollMessages",
     "PollMessages",
     "PollMessagesReply",
     "PollRoute",

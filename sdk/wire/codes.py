@@ -35,6 +35,8 @@ __all__ = [
     "Operation",
     "PROTOCOL_VERSION",
     "PROTOCOL_VERSION_MIN",
+    "LONG_POLL_CODE",
+    "LONG_POLL_WAIT_MS_MAX",
     "RUNTIME_STATS_CODE",
     "code_for_operation",
     "format_protocol_version",
@@ -168,6 +170,17 @@ RUNTIME_STATS_CODE: Final = 9000
 per-group consensus counters and node counters, as a JSON body. Iggy lets a server decide
 about codes it does not define (the official SDK sends them with ``send_binary_request``);
 ``CommandCode`` stays Iggy's registry, so this code travels as ``Operation.NON_REPLICATED``."""
+
+LONG_POLL_CODE: Final = 9001
+"""viewstream's long poll, outside Iggy's registry (Iggy's own deferred poll, planned after
+0.9, takes 105/106): ``[max_wait_ms u32]`` then a POLL_MESSAGES body. The node answers as
+POLL_MESSAGES does, but when the poll finds no message it waits, up to ``max_wait_ms``
+(at most ``LONG_POLL_WAIT_MS_MAX``), until one is applied on the answering replica.
+Iggy's clients never send it; a server that does not know it answers INVALID_COMMAND (3),
+which tells a client to poll the ordinary way (``docs/protocol.md``)."""
+
+LONG_POLL_WAIT_MS_MAX: Final = 30_000
+"""The longest wait a long poll gets; a longer ``max_wait_ms`` is cut to it."""
 
 
 class CommandCode(enum.IntEnum):

@@ -72,6 +72,7 @@ __all__ = [
     "ConsumerOffsetInfo",
     "DeleteConsumerOffset",
     "GetConsumerOffset",
+    "LongPollMessages",
     "PollMessages",
     "PollMessagesReply",
     "SendConfirmation",
@@ -291,6 +292,32 @@ class PollMessages:
     def decode(cls, body: Buffer) -> Self:
         """Parse exactly the request body."""
         return read_whole(body, cls.read, "poll messages")
+
+
+@dataclass(frozen=True, slots=True)
+class LongPollMessages:
+    """viewstream's long poll (``LONG_POLL_CODE``), not Iggy's: ``[max_wait_ms u32]``
+    then a POLL_MESSAGES body. Its reply is a POLL_MESSAGES reply."""
+
+    max_wait_ms: int
+    poll: PollMessages
+
+    def encode(self) -> bytes:
+        """The request body."""
+        writer = Writer()
+        writer.u32(self.max_wait_ms)
+        return writer.getvalue() + self.poll.encode()
+
+    @classmethod
+    def read(cls, reader: Reader) -> Self:
+        """Read the request; what follows the poll's ``auto_commit`` is left unread."""
+        max_wait_ms = reader.u32()
+        return cls(max_wait_ms, PollMessages.read(reader))
+
+    @classmethod
+    def decode(cls, body: Buffer) -> Self:
+        """Parse exactly the request body."""
+        return read_whole(body, cls.read, "long poll messages")
 
 
 _POLL_PREFIX_BYTES: Final = 16

@@ -374,6 +374,9 @@ class _StuckNode:
     def log_refusal(self, context: ConnectionContext, command: str, reason: str) -> None:
         pass  # nothing this test refuses
 
+    def connection_busy(self, context: ConnectionContext) -> None:
+        pass  # no long polls here
+
 
 def test_connection_stops_reading_at_the_in_flight_limit() -> None:
     trio.run(_stops_reading_at_the_in_flight_limit)

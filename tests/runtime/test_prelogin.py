@@ -90,6 +90,9 @@ class _Node:
     def log_refusal(self, context: ConnectionContext, command: str, reason: str) -> None:
         self.refusals.append(reason)
 
+    def connection_busy(self, context: ConnectionContext) -> None:
+        pass  # no long polls here
+
 
 class _Reader:
     """The client side's frames, one at a time."""

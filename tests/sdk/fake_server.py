@@ -350,6 +350,9 @@ class FakeCluster:
         self.views: dict[int, int] = {}
         self.faults: list[Fault] = []
         self.requests: list[RequestRecord] = []
+        #: Non-replicated codes outside Iggy's registry that clients sent, answered as
+        #: Iggy's server answers them: InvalidCommand (3).
+        self.unknown_codes: list[int] = []
         self.clients: dict[int, _ClientEntry] = {}
         self.streams: dict[int, _Stream] = {}
         self.op = 0
@@ -484,7 +487,7 @@ class FakeCluster:
             header, code, payload = read_request(frame)
             validate_request_header(header)
         except ProtocolError:
-            return False
+            return self._unknown_code(node, connection, frame)
         delay = 0.0
         with self.lock:
             if not node.alive:
@@ -529,6 +532,24 @@ class FakeCluster:
         if fault is not None and fault.action == "close_after":
             return False
         return _send(connection, outcome)
+
+    def _unknown_code(self, node: _Node, connection: socket.socket, frame: Frame) -> bool:
+        """A well-formed non-replicated request with a code Iggy does not define (such
+        as viewstream's long poll) gets InvalidCommand, as from Iggy's server; any other
+        bad frame closes the connection."""
+        try:
+            header = frame.request_header()
+            validate_request_header(header)
+        except ProtocolError:
+            return False
+        if header.operation is not Operation.NON_REPLICATED:
+            return False
+        with self.lock:
+            if not node.alive:
+                return False
+            self.unknown_codes.append(header.code)
+        reply = build_reply_frame(header, status=IggyErrorCode.INVALID_COMMAND, replica=node.index)
+        return _send(connection, reply)
 
     def _handle(
         self,

@@ -8,7 +8,7 @@ import time
 import trio
 
 from sdk import AsyncClient, AutoCommit, Client, ConsumerRef, Message, PollingStrategy
-from sdk.wire import CommandCode
+from sdk.wire import LONG_POLL_CODE, CommandCode
 from tests.sdk.conftest import run_trio, url
 from tests.sdk.fake_server import FakeCluster
 
@@ -156,6 +156,27 @@ def test_an_idle_consumer_backs_off_instead_of_busy_polling(fake: FakeCluster) -
     run_trio(body)
     # 10, 20, 40, 80, 160, then 200 ms: about 9 rounds in a second, not thousands.
     assert 4 <= len(fake.requests_of(CommandCode.POLL_MESSAGES)) <= 15
+    # The fake answers viewstream's long poll as Iggy's server does (InvalidCommand):
+    # the consumer tried it once, then backed off between ordinary polls.
+    assert fake.unknown_codes == [LONG_POLL_CODE]
+
+
+def test_a_consumer_with_long_polls_off_never_sends_one(fake: FakeCluster) -> None:
+    fill(fake, partitions=1, per_partition=0)
+
+    async def body() -> None:
+        async with (
+            AsyncClient.from_connection_string(url(fake)) as client,
+            client.consumer(
+                "s", "t", poll_interval_min_s=0.01, poll_interval_max_s=0.2, long_poll=False
+            ) as consumer,
+        ):
+            with trio.move_on_after(0.5):
+                await consumer.__anext__()
+
+    run_trio(body)
+    assert fake.unknown_codes == []
+    assert len(fake.requests_of(CommandCode.POLL_MESSAGES)) >= 2
 
 
 def test_group_members_split_partitions_and_rebalance_when_one_leaves(fake: FakeCluster) -> None:

@@ -45,8 +45,10 @@ ROOT = Path(__file__).resolve().parents[2]
 # once, and a login of a user the node cannot register is an eviction. af702117... ->
 # f05bdc55...: ``ReplicaConfig`` has ``checkpoint_after_operations`` (partition groups
 # checkpoint as a purge or retention commits), which shows in the options' repr.
+# Then consumers send some polls as long polls (``LONG_POLL_CODE``): each poll
+# draws whether it is one, which moves every later draw of the client's randomness.
 BASELINE_SEED = 5
-BASELINE_TRACE_HASH = "f05bdc5543fe585b2adc4bdb1faa4361"
+BASELINE_TRACE_HASH = "302672e0661df5fc213ab6756f08451a"
 
 
 def _trace_of(seed: int, hash_seed: str) -> str:

@@ -571,3 +571,40 @@ def test_frontier_of_control_bodies_is_the_head_they_were_prepared_at() -> None:
     assert frontier_after(Operation.DELETE_CONSUMER_OFFSET, g.primary.log.bodies[op][1]) == (
         Frontier(6, 1_000_030)
     )
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "count", "waits_for"),
+    [
+        (PollingKind.OFFSET, 0, 100, None),
+        (PollingKind.OFFSET, 5, 1, None),
+        (PollingKind.OFFSET, 6, 1, 6),
+        (PollingKind.OFFSET, 9, 1, 9),
+        (PollingKind.TIMESTAMP, 1_000_020, 1, None),
+        (PollingKind.TIMESTAMP, 1_000_031, 100, 6),
+        (PollingKind.FIRST, 0, 4, None),
+        (PollingKind.LAST, 0, 3, None),
+        (PollingKind.NEXT, 0, 2, None),
+    ],
+)
+def test_poll_wait_offset_agrees_with_poll(
+    kind: PollingKind, value: int, count: int, waits_for: int | None
+) -> None:
+    """None exactly when the poll returns messages; otherwise the offset whose commit
+    would give the poll something (a long poll wakes for it)."""
+    state = _filled().primary.state
+    assert state.poll_wait_offset(ALICE, kind, value, count) == waits_for
+    assert (state.poll(ALICE, kind, value, count).messages_count == 0) == (waits_for is not None)
+
+
+def test_poll_wait_offset_of_an_empty_partition_and_after_the_stored_offset() -> None:
+    g = Group.of(1)
+    state = g.primary.state
+    for kind in (PollingKind.FIRST, PollingKind.LAST, PollingKind.NEXT, PollingKind.OFFSET):
+        assert state.poll_wait_offset(ALICE, kind, 0, 10) == 0
+    g.submit(SendMessages(batch(b"m0", b"m1")))
+    g.submit(StoreConsumerOffset(ALICE, 1, READER))
+    assert state.poll_wait_offset(ALICE, PollingKind.NEXT, 0, 10) == 2
+    assert state.poll_wait_offset(GROUP, PollingKind.NEXT, 0, 10) is None
+    with pytest.raises(StateError):
+        state.poll_wait_offset(ALICE, PollingKind.NEXT, 0, 0)

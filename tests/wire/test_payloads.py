@@ -11,9 +11,12 @@ from hypothesis import strategies as st
 
 from sdk.wire import (
     COMMANDS,
+    LONG_POLL_CODE,
     CommandCode,
     DeleteSegments,
     Identifier,
+    LongPollMessages,
+    PollMessages,
     ProtocolError,
     ReplyPayload,
     RequestPayload,
@@ -162,3 +165,26 @@ def test_delete_segments_body_is_iggys_layout_and_round_trips() -> None:
     for cut in range(len(body)):
         with pytest.raises(ProtocolError):
             DeleteSegments.decode(body[:cut])
+
+
+@FAST
+@given(wait=st.integers(0, 2**32 - 1), poll=REQUESTS[CommandCode.POLL_MESSAGES])
+def test_long_poll_body_is_wait_then_a_poll_body_and_round_trips(
+    wait: int, poll: RequestPayload
+) -> None:
+    """viewstream's long poll: ``[max_wait_ms u32]`` then POLL_MESSAGES' body, strict in
+    both directions (a prefix fails; a decode that succeeds is canonical)."""
+    assert isinstance(poll, PollMessages)
+    request = LongPollMessages(wait, poll)
+    body = request.encode()
+    assert body == wait.to_bytes(4, "little") + poll.encode()
+    assert LongPollMessages.decode(body) == request
+    for end in range(len(body)):
+        _decode_or_protocol_error(LongPollMessages.decode, body[:end])
+    _decode_or_protocol_error(LongPollMessages.decode, body + b"\x00")
+
+
+def test_long_poll_code_is_outside_iggys_registry() -> None:
+    """Iggy's clients never send it, and Iggy's own planned codes (105/106) stay free."""
+    assert LONG_POLL_CODE not in {int(code) for code in CommandCode}
+    assert LONG_POLL_CODE not in (105, 106)
