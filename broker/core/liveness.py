@@ -30,7 +30,8 @@ Invariants:
 4. A connection is stale when the driver's ``now`` is more than ``6/5`` of the heartbeat
    interval past the last frame it received; only a stale connection whose session is a
    group member is evicted (Iggy evicts only those: a stale one holding nothing is left
-   to the idle timeout).
+   to the idle timeout, and looked at again one stale window later, so a pass costs
+   only the connections due, as Iggy's verifier looks once an interval).
 5. Pure: time, the metadata and the stored offsets arrive as arguments.
 """
 
@@ -195,10 +196,17 @@ class Heartbeats(Generic[Key]):
         """The connections to evict now: silent for longer than the stale window and
         acting for a consumer-group member. They are forgotten (evicted once)."""
         evict: list[Key] = []
-        for key, heard in list(self._heard.items()):
+        looked: list[Key] = []
+        for key, heard in self._heard.items():
             if now_us - heard <= self._stale_after_us:
                 break  # the rest were heard later
+            looked.append(key)
+        for key in looked:
+            del self._heard[key]
             if is_member(key):
-                del self._heard[key]
                 evict.append(key)
+            else:
+                # Looked at again one stale window from now, not on every pass: a silent
+                # connection that joins a group meanwhile goes within 2.4 intervals.
+                self._heard[key] = now_us
         return evict

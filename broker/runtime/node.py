@@ -675,14 +675,15 @@ class Node:
         state = machine.state
 
         def is_member(connection: Connection) -> bool:
-            context = connection.context
-            sessions = (context.bound_session, context.attached_session)
-            return any(session and state.memberships(session) for session in sessions)
+            # The session the connection logged in to, as Iggy judges it: a connection
+            # that only acts for another session (attached, clusters) is not a member.
+            session = connection.context.bound_session
+            return bool(session and state.memberships(session))
 
         assert self._nursery is not None
         for connection in self._heartbeats.stale(now_us(), is_member):
             context = connection.context
-            session = context.bound_session or context.attached_session
+            session = context.bound_session
             log.warning(
                 "evicting stale client %s (session %d): nothing heard for %.1f heartbeat intervals",
                 context.address,
