@@ -315,3 +315,29 @@ def test_the_official_sdk_keeps_its_session_with_its_heartbeat(tmp_path: Path) -
         assert run(scenario(), timeout_s=60) == 1
     finally:
         node.kill()
+
+
+def test_a_silent_member_on_a_backup_is_evicted_through_the_metadata_primary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every node of the cluster reads its settings from the environment it starts with.
+    monkeypatch.setenv("VIEWSTREAM_HEARTBEAT__INTERVAL_S", str(HEARTBEAT_INTERVAL_S))
+    cluster = RealCluster.start(tmp_path / "cluster")
+    try:
+        _setup_group(cluster.addresses[0])
+        for address in cluster.addresses:
+            with WireClient(address) as silent:
+                silent.login("iggy", ROOT_PASSWORD)
+                silent.call(CommandCode.JOIN_CONSUMER_GROUP, _group_ref())
+                # Nothing sent for 1.2 intervals: whichever node holds the connection
+                # evicts it, and its session ends through the metadata group.
+                frame = silent.read_frame()
+                assert frame is not None and frame.command is wire.Command.EVICTION
+                assert frame.eviction_header().reason == EvictionReason.STALE_CLIENT
+            # (Had the member not joined, nothing would have evicted the connection.)
+            deadline = time.monotonic() + 10
+            while _members(address) != 0:
+                assert time.monotonic() < deadline, "the evicted member stayed in the group"
+                time.sleep(0.1)
+    finally:
+        cluster.stop()
