@@ -878,6 +878,29 @@ class ClientCore:
         """PING (allowed before login)."""
         yield from self._request(CommandCode.PING, Empty())
 
+    def heartbeat(self, address: NodeAddress) -> Step[None]:
+        """One PING to ``address``, not retried: the heartbeat of the connection to that
+        node (a node evicts a consumer group member's connection that stays silent for
+        1.2 heartbeat intervals).
+
+        Raises:
+            TransportError, ProtocolError, ServerRejected: as an exchange.
+            SessionEvicted: the node evicted our session (it is dropped here).
+        """
+        self.session.ensure_client_id(self._rng)
+        request = self.session.number_for(Operation.NON_REPLICATED)
+        frame = _body(CommandCode.PING, Empty()).frame(
+            self.session.client_id, self.session.session, request
+        )
+        timeout = self.config.request_timeout_s
+        reply = yield Exchange(address, frame, timeout, min(self.config.connect_timeout_s, timeout))
+        assert reply is not None, "a driver answers an exchange with a frame"
+        try:
+            self._read(CommandCode.PING, request, Operation.NON_REPLICATED, reply)
+        except SessionEvicted:
+            self.session.abandon()
+            raise
+
     def get_stats(self) -> Step[Stats]:
         """GET_STATS."""
         return _expect((yield from self._request(CommandCode.GET_STATS, Empty())), Stats)
@@ -1286,8 +1309,8 @@ class ClientCore:
         """POLL_MESSAGES.
 
         A consumer-group poll without a partition uses this session's assignment
-        (SYNC_CONSUMER_GROUP first, cached; re-synced when the server answers with the
-        re-sync sentinel), as the official SDK does.
+        (SYNC_CONSUMER_GROUP once per round over it and whenever it is empty; again when
+        the server answers with the re-sync sentinel), its partitions in turn.
         """
         stream_id, topic_id = to_identifier(stream), to_identifier(topic)
         if not (consumer.is_group and partition_id is None):
@@ -1299,7 +1322,11 @@ class ClientCore:
         group_id = to_identifier(consumer.id)
         key = (stream_id.value, topic_id.value, group_id.value)
         partitions = self._assignments.get(key)
-        if partitions is None:
+        turn = self._assignment_next.get(key, 0)
+        if not partitions or turn % len(partitions) == 0:
+            # Sync once per round over the assignment, and whenever it holds nothing: a
+            # rebalance can give this member partitions (a revocation completed) without
+            # any poll of ours being refused, so a cached assignment would never grow.
             partitions = yield from self._sync_assignment(stream_id, topic_id, group_id)
         for _ in range(2):
             if not partitions:

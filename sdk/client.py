@@ -113,12 +113,14 @@ def _dial_failure(error: BaseException) -> str:
 class _Connection:
     """One TCP (or TLS over TCP) stream to one node and the decoder of what it sends."""
 
-    __slots__ = ("decoder", "socket_stream", "stream")
+    __slots__ = ("decoder", "socket_stream", "stream", "used_at")
 
     def __init__(self, stream: trio.abc.Stream, socket_stream: trio.SocketStream) -> None:
         self.stream = stream
         self.socket_stream = socket_stream
         self.decoder = FrameDecoder()
+        self.used_at = trio.current_time()
+        """When a frame last went out on it (the heartbeat pings it after a silence)."""
 
     async def receive_frame(self, address: NodeAddress) -> Frame:
         while True:
@@ -169,6 +171,8 @@ class AsyncClient:
         self._connections: dict[NodeAddress, _Connection] = {}
         self._lock = trio.Lock()
         self._closed = False
+        self._heartbeat: AbstractAsyncContextManager[trio.Nursery] | None = None
+        self._heartbeat_scope: trio.CancelScope | None = None
 
     @classmethod
     def from_connection_string(cls, connection_string: str, **settings: object) -> AsyncClient:
@@ -245,6 +249,7 @@ class AsyncClient:
                 connection = self._connections.get(address)
                 if connection is None:
                     connection = await self._dial(address, action.connect_timeout_s)
+                connection.used_at = trio.current_time()
                 await connection.stream.send_all(action.frame)
                 return await connection.receive_frame(address)
         except ConnectFailed:
@@ -326,6 +331,11 @@ class AsyncClient:
 
     async def __aenter__(self) -> AsyncClient:
         await self.connect()
+        if self.config.heartbeat_interval_s > 0:
+            self._heartbeat = trio.open_nursery()
+            nursery = await self._heartbeat.__aenter__()
+            self._heartbeat_scope = nursery.cancel_scope
+            nursery.start_soon(self._heartbeats)
         return self
 
     async def __aexit__(
@@ -334,7 +344,26 @@ class AsyncClient:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        if self._heartbeat_scope is not None:
+            self._heartbeat_scope.cancel()
         await self.close()
+        heartbeat, self._heartbeat = self._heartbeat, None
+        if heartbeat is not None:
+            await heartbeat.__aexit__(exc_type, exc, traceback)
+
+    async def _heartbeats(self) -> None:
+        """Ping every node whose connection carried nothing for a heartbeat interval,
+        until the client closes (the official SDKs' heartbeat). A failed ping only drops
+        that connection; the next call dials again."""
+        interval = self.config.heartbeat_interval_s
+        while not self._closed:
+            await trio.sleep(interval / 2)
+            now = trio.current_time()
+            for address, connection in list(self._connections.items()):
+                if self._closed or now - connection.used_at < interval:
+                    continue
+                with suppress(Exception):
+                    await self._run(self._core.heartbeat(address))
 
     # --- session and system ------------------------------------------------------------
 

@@ -92,6 +92,10 @@ class ClientConfig:
         backoff_max_s: Longest such wait (the wait doubles up to it, with jitter).
         cluster_discovery: Learn the roster and the metadata primary after login.
         nodelay: Set ``TCP_NODELAY`` on every connection.
+        heartbeat_interval_s: How often the async client, used as ``async with``, pings
+            each node it holds a connection to that carried nothing for that long (the
+            official SDKs' 5 s). A node evicts a consumer group member whose connection
+            stays silent for 1.2 of its own heartbeat interval (30 s). 0: never.
         sdk_name: The SDK name sent at login.
         sdk_version: The SDK version sent at login.
     """
@@ -110,6 +114,7 @@ class ClientConfig:
     backoff_max_s: float = 2.0
     cluster_discovery: bool = True
     nodelay: bool = True
+    heartbeat_interval_s: float = 5.0
     sdk_name: str = "viewstream-py"
     sdk_version: str = "0.1.0"
 
@@ -119,6 +124,8 @@ class ClientConfig:
         for name in ("request_timeout_s", "connect_timeout_s", "retry_deadline_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive")
+        if not self.heartbeat_interval_s >= 0:
+            raise ValueError("heartbeat_interval_s must not be negative")
         if not 0 < self.backoff_min_s <= self.backoff_max_s:
             raise ValueError("need 0 < backoff_min_s <= backoff_max_s")
         if (self.username is None) != (self.password is None):

@@ -35,7 +35,10 @@ Properties (Jepsen's names in brackets, ``reference/vsr.md`` §4.2):
    groups the committed metadata names at that op: none of a deleted topic or partition,
    none missing.
 9. ``ownership``: in every generation of a consumer group, each partition has at most
-   one owner, and every node sees the same assignment for that generation.
+   one owner, every node sees the same assignment for that generation, and no partition
+   goes from one member's polls straight to another's while the first is still a member:
+   it is first revoking (its owner may no longer poll it, nobody else may yet) for at
+   least one generation (cooperative revocation, ``broker.state.metadata`` invariant 6).
 10. ``deleted``: a poll of a deleted topic, on the connection that was told of the
    deletion, is refused with topic-not-found: its messages are never served again.
 11. ``session``: a node admits a request (past the session check) only under a session
@@ -74,6 +77,25 @@ from sim.model import MetadataModel, PartitionModel
 from sim.network import ClientReply
 
 FailureKind = Literal["correctness", "liveness"]
+
+
+_Assignment = tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]
+"""A consumer group generation's (member id, partitions, revoking partitions), by member."""
+
+
+def _pollable(assignment: _Assignment) -> dict[int, int]:
+    """Partition -> the member that may poll it."""
+    return {
+        p: member_id
+        for member_id, partitions, revoking in assignment
+        for p in partitions
+        if p not in revoking
+    }
+
+
+def _revoking(assignment: _Assignment) -> dict[int, int]:
+    """Revoking partition -> its owner."""
+    return {p: member_id for member_id, _, revoking in assignment for p in revoking}
 
 
 class CheckFailed(Exception):
@@ -161,9 +183,10 @@ class Checkers:
     #: Polls by consumer-group members answered "resync": the partition is another's now.
     resyncs: int = 0
     #: Each consumer group's assignment in each generation, as the first node saw it.
-    _assignments: dict[tuple[int, int], tuple[tuple[int, tuple[int, ...]], ...]] = field(
-        default_factory=dict
-    )
+    _assignments: dict[tuple[int, int], _Assignment] = field(default_factory=dict)
+    #: Partitions seen to move from one live member to another between two generations,
+    #: each through a revocation (``ownership``).
+    handoffs: int = 0
     messages_polled: int = 0
     poll_gaps: int = 0
     #: Fail on every poll skip, even one explained by a replica's retained start.
@@ -318,10 +341,14 @@ class Checkers:
                     f"generation {group.generation} gives a partition to two members: "
                     f"{[(m.member_id, m.partitions) for m in group.members]}",
                 )
-            assignment = tuple((m.member_id, m.partitions) for m in group.members)
+            assignment = tuple((m.member_id, m.partitions, m.revoking) for m in group.members)
             key = (group.id, group.generation)
-            first = self._assignments.setdefault(key, assignment)
-            if first != assignment:
+            first = self._assignments.get(key)
+            if first is None:
+                self._assignments[key] = assignment
+                self._check_handoffs(group.id, group.generation - 1, group.generation)
+                self._check_handoffs(group.id, group.generation, group.generation + 1)
+            elif first != assignment:
                 raise CheckFailed(
                     "correctness",
                     "ownership",
@@ -329,6 +356,32 @@ class Checkers:
                     f"generation {group.generation} is {assignment}, another node had "
                     f"{first}",
                 )
+
+    def _check_handoffs(self, group_id: int, before: int, after: int) -> None:
+        """Between two consecutive generations, a partition that one member could poll and
+        another member can poll now was revoking (polled by nobody) in between, unless
+        the first left the group."""
+        old = self._assignments.get((group_id, before))
+        new = self._assignments.get((group_id, after))
+        if old is None or new is None:
+            return
+        members_now = {member_id for member_id, _, _ in new}
+        pollable_before = _pollable(old)
+        for partition_id, owner in sorted(_pollable(new).items()):
+            previous = pollable_before.get(partition_id)
+            if previous is None or previous == owner or previous not in members_now:
+                continue
+            raise CheckFailed(
+                "correctness",
+                "ownership",
+                f"consumer group {group_id}: partition {partition_id} went from member "
+                f"{previous}'s polls in generation {before} straight to member {owner}'s in "
+                f"generation {after}, while {previous} is still a member: two members own it "
+                "at once",
+            )
+        for partition_id, owner in sorted(_revoking(old).items()):
+            if _pollable(new).get(partition_id, owner) != owner:
+                self.handoffs += 1
 
     def on_admitted(self, node: int, client_id: int, session: int, metadata_op: int) -> None:
         """``node`` passed a request of ``client_id`` under ``session`` through its session

@@ -173,6 +173,7 @@ def _run_swarm(seeds: range, *, faults: bool, plant: str | None, strict: bool) -
         "deleted_polls",
         "group_rebalances",
         "member_resyncs",
+        "group_handoffs",
         "view_max",
         "crashes",
         "power_losses",

@@ -532,6 +532,12 @@ class Client:
             )
         if position > 0 and roll < 0.3:
             offset = position - 1
+            if self.joined and self.prng.random() < 0.5:
+                # A member commits for the group, which lets a partition moving away from
+                # it go before the rebalancing timeout (cooperative revocation).
+                consumer = wire.Consumer(
+                    wire.ConsumerKind.CONSUMER_GROUP, wire.Identifier.numeric(0)
+                )
             store = wire.StoreConsumerOffset(
                 consumer, stream_id, topic_id, partition, offset, wire.AckLevel.NO_ACK
             ).encode()

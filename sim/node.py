@@ -90,6 +90,7 @@ from broker.core.handlers import (
 )
 from broker.core.handlers import Group as CoreGroup
 from broker.core.identity import internal_checksum
+from broker.core.liveness import Revocations, ServedPolls
 from broker.core.long_polls import LongPolls, Refusal, Woken
 from broker.core.reads import READ_WAIT_US, ReadIndexRound, read_index_answer, readable
 from broker.core.reconcile import METADATA_GROUP, reconcile
@@ -105,11 +106,15 @@ from broker.state.metadata import (
     ConsumerGroupInfo,
     Durability,
     EndSession,
+    ExpireRevocations,
     MetadataCommand,
     MetadataState,
     PartitionRef,
+    RevocationDrained,
+    RevocationInfo,
 )
 from broker.state.metadata_machine import MetadataMachine, PartitionStats
+from broker.state.partition import ConsumerKey, ConsumerKind
 from broker.state.partition_machine import CHECKPOINT_AFTER_OPERATIONS, PartitionMachine
 from broker.state.routing import PartitionRoute
 from consensus.config import ReplicaConfig
@@ -149,6 +154,9 @@ from sim.options import Options
 from sim.rng import stream
 
 TICK_US: Final = 10_000
+REBALANCING_TIMEOUT_US: Final = 3_000_000
+"""The simulated nodes' ``consumer_group.rebalancing_timeout``: shorter than the runtime's
+30 s so that runs see revocations both drained and timed out."""
 """One tick is 10 ms of simulated wall clock, as in production."""
 REQUEST_TIMEOUT_TICKS: Final = REQUEST_TIMEOUT_US // TICK_US
 """How long a request waits for its group before it is told 58 or 59, as in production."""
@@ -351,6 +359,10 @@ class Node:
         #: the runtime's connection contexts: gone with the process.
         self.connections: dict[int, ConnectionContext] = {}
         self.system = self._system_client()
+        #: What this process served consumer group members, and the revocation reports
+        #: in flight (``broker.core.liveness``): gone with the process, as the runtime's.
+        self._served = ServedPolls()
+        self._revocations = self._revocations_due()
         #: Connections clients closed while this node ran (every incarnation).
         self.connections_closed = 0
         #: Requests this node forwarded to another node's primary (every incarnation).
@@ -385,6 +397,9 @@ class Node:
         )
 
     # Construction ------------------------------------------------------------------------
+
+    def _revocations_due(self) -> Revocations:
+        return Revocations(self.index, self.options.node_count, REBALANCING_TIMEOUT_US)
 
     def _system_client(self) -> SystemQueue:
         prng = stream(self.options.seed, f"system.{self.index}.{self.incarnation}")
@@ -481,6 +496,8 @@ class Node:
         self.alive = True
         self.incarnation += 1
         self.system = self._system_client()
+        self._served = ServedPolls()
+        self._revocations = self._revocations_due()
         self._prng = stream(self.options.seed, f"node.{self.index}.{self.incarnation}")
         self._recovered = {group: disk.reopen() for group, disk in self.disks.items()}
         durable, checkpoint = self._recovered.pop(METADATA_GROUP)
@@ -653,6 +670,7 @@ class Node:
         self._resume_ready()
         self._check_waits(tick)
         self._resume_ready()
+        self._move_revoked()
         self._run_system(tick)
         if not self.options.lazy_ticks:
             for host in self._hosts():
@@ -1094,6 +1112,44 @@ class Node:
     def draw_token(self) -> str:
         return self._prng.randbytes(32).hex()
 
+    def served_group_poll(self, route: PartitionRoute, session: int, last_offset: int) -> None:
+        assert route.consumer is not None
+        key = (route.stream_id, route.topic_id, int(route.consumer.id), route.partition_id)
+        self._served.served(key, session, last_offset)
+
+    def _move_revoked(self) -> None:
+        """Queue the revocation reports and expiries due (as the runtime's maintenance)."""
+        metadata = self.groups[METADATA_GROUP]
+        if metadata.replica.status is not Status.NORMAL:
+            return
+        revocations = self.metadata_state().revocations()
+        if not revocations:
+            return
+        due = self._revocations.due(
+            revocations,
+            self._served,
+            self._stored_group_offset,
+            self.now_us(),
+            is_primary=metadata.is_primary,
+        )
+        self.system.queue.extend(due)
+
+    def _stored_group_offset(self, revocation: RevocationInfo) -> tuple[bool, int | None]:
+        key = (revocation.stream_id, revocation.topic_id, revocation.partition_id)
+        group = self._by_partition.get(key)
+        machine = None if group is None else self.groups[group].machine.inner
+        if not isinstance(machine, PartitionMachine):
+            return False, None
+        consumer = ConsumerKey(ConsumerKind.CONSUMER_GROUP, revocation.group_id)
+        return True, machine.state.consumer_offset(consumer)
+
+    def _system_done(self, command: MetadataCommand, outcome: Outcome) -> None:
+        if isinstance(command, RevocationDrained | ExpireRevocations):
+            if isinstance(command, RevocationDrained) and isinstance(outcome, Replied):
+                key = (command.stream, command.topic, command.group, command.partition_id)
+                self._served.forget(key, command.session)
+            self._revocations.finished(command)
+
     def auto_commit(
         self, group: CoreGroup, route: PartitionRoute, offset: int, user_id: int
     ) -> None:
@@ -1171,11 +1227,12 @@ class Node:
             system.busy = False
             if registering:
                 if not client.registered(outcome):
-                    system.queue.popleft()  # no session: the runtime gives up the command
+                    # No session: the runtime gives up the command.
+                    self._system_done(system.queue.popleft(), outcome)
                     system.attempts = 0
                 return
             if client.answered(outcome, system.attempts):
-                system.queue.popleft()
+                self._system_done(system.queue.popleft(), outcome)
                 system.attempts = 0
 
         system.busy = True

@@ -433,6 +433,7 @@ class World:
             "deleted_polls": checkers.deleted_polls_checked,
             "group_rebalances": self._group_rebalances(),
             "member_resyncs": checkers.resyncs,
+            "group_handoffs": checkers.handoffs,
             "topics_created": checkers.metadata_model.topics_created,
             "topics_deleted": checkers.metadata_model.topics_deleted,
             "poll_gaps": checkers.poll_gaps,

@@ -324,6 +324,11 @@ class Node(Protocol):
         """A new personal access token from the node's randomness."""
         ...
 
+    def served_group_poll(self, route: PartitionRoute, session: int, last_offset: int) -> None:
+        """A consumer group member (``session``) was served ``route``'s partition up to
+        ``last_offset`` (``broker.core.liveness.ServedPolls``)."""
+        ...
+
     def auto_commit(self, group: Group, route: PartitionRoute, offset: int, user_id: int) -> None:
         """Store ``offset`` for the consumer of ``route`` as the node's own request."""
         ...
@@ -940,6 +945,12 @@ def _poll_answer(
     group = node.partition(route)  # the same group, unless it went while the read waited
     if group.group_id != group_id:
         raise StateError(ErrorCode.PARTITION_NOT_FOUND, "the partition went while read")
+    if payload.consumer.kind == wire.ConsumerKind.CONSUMER_GROUP:
+        # The assignment may have moved while the read waited (a revocation started or
+        # completed): a member is served only what the metadata applied now lets it poll.
+        again = admit_poll(_state(node), payload, session)
+        if isinstance(again, Resync) or again.route != route:
+            return replace(reply_parts(header, resync_reply()), checksum=checksum)
     replica = group.replica
     if replica is not None and not replica.log_whole:
         # Committed messages are missing here until repaired from a peer (after a
@@ -951,9 +962,11 @@ def _poll_answer(
         offset = machine.poll_wait_offset(payload, route.consumer)
         if offset is not None:
             return _NothingYet(group_id, offset)
-    parts, store = machine.poll(payload, route.consumer)
+    parts, store, last = machine.poll_served(payload, route.consumer)
     if store is not None:
         node.auto_commit(group, route, store, admitted.user_id)
+    if last is not None and payload.consumer.kind == wire.ConsumerKind.CONSUMER_GROUP:
+        node.served_group_poll(route, session, last)
     answer = reply_parts(header, parts, replica=node.replica_index)
     first_offset = machine.state.first_offset
     return replace(

@@ -146,6 +146,38 @@ class Limits(BaseModel):
         return self
 
 
+class Heartbeat(BaseModel):
+    """Iggy's ``[heartbeat]``: how often clients are expected to send something."""
+
+    enabled: bool = Field(
+        True,
+        description="Evict a consumer-group member's connection that sends nothing (no "
+        "request, no PING) for 1.2 x `interval_s`, with eviction reason 13 (StaleClient), "
+        "and end its session so its groups rebalance. A connection that is no group "
+        "member is left to `limits.idle_timeout_s`, as in Iggy.",
+    )
+    interval_s: float = Field(
+        30.0,
+        gt=0,
+        le=86_400,
+        description="Expected heartbeat interval (Iggy's `heartbeat.interval`, 30 s). The "
+        "official SDKs and ours ping every 5 s by default.",
+    )
+
+
+class ConsumerGroupSettings(BaseModel):
+    """Iggy's ``[consumer_group]``: cooperative rebalancing."""
+
+    rebalancing_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=86_400,
+        description="A partition moving from one member to another waits at most this "
+        "long for its owner to commit what it was served (Iggy's "
+        "`consumer_group.rebalancing_timeout`); then it moves anyway.",
+    )
+
+
 _NEVER_WORDS = frozenset({"none", "never", "never_expire", "unlimited"})
 
 
@@ -317,6 +349,8 @@ class Config(BaseSettings):
         "interval).",
     )
     topic: TopicDefaults = Field(default_factory=TopicDefaults)
+    heartbeat: Heartbeat = Field(default_factory=Heartbeat)
+    consumer_group: ConsumerGroupSettings = Field(default_factory=ConsumerGroupSettings)
     tls_cert_file: Path | None = Field(
         None,
         description="PEM certificate chain of the client listener; with `tls_key_file` "

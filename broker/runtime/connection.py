@@ -57,9 +57,11 @@ the byte budget) is one ``ConnectionGuard`` per node (``connection_guard``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -152,6 +154,14 @@ class Listener(Host, Protocol):
         ...
 
     def connection_closed(self, context: ConnectionContext) -> None: ...
+
+    def heard(self, connection: Connection) -> None:
+        """A frame arrived on ``connection`` (its heartbeat, ``broker.core.liveness``)."""
+        ...
+
+    def connection_left(self, connection: Connection) -> None:
+        """``connection`` ended: forget its heartbeat."""
+        ...
 
 
 def logged_in(context: ConnectionContext) -> bool:
@@ -276,6 +286,15 @@ class Connection:
         self._reserved = 0
         """Frame bytes of the node's budget held: admitted frames not yet answered."""
         self._drained: trio.Event | None = None
+        self.on_frame: Callable[[], None] | None = None
+        """Called on every whole frame read (the node's heartbeat bookkeeping)."""
+        self._evicted: EvictionReason | None = None
+
+    def evict(self, reason: EvictionReason) -> None:
+        """Stop serving now and tell the client it was evicted with ``reason`` (its
+        session is ended by the node), then close."""
+        self._evicted = reason
+        self._scope.cancel()
 
     def shutdown(self) -> None:
         """Close after the request in hand, or at once if there is none."""
@@ -293,6 +312,11 @@ class Connection:
                     nursery.start_soon(self._read, send, slots)
                     await self._answer(receive, slots)
                     nursery.cancel_scope.cancel()
+            if self._evicted is not None:
+                self._node.counters.connections_dropped += 1
+                with trio.move_on_after(self._limits.frame_read_timeout_s):
+                    frame = build_eviction_frame(self.context.client_id, self._evicted)
+                    await self._send([frame])
         finally:
             if self._address_slot is not None:
                 self._address_slot.release()
@@ -400,6 +424,8 @@ class Connection:
                 # A long poll waiting for this connection answers now: in request order,
                 # this frame would wait behind it (``broker.core.long_polls``).
                 self._node.connection_busy(self.context)
+            if self.on_frame is not None:
+                self.on_frame()
             await slots.acquire()
             self._in_flight += 1
             self.frames_read += 1
@@ -635,13 +661,16 @@ async def _serve_admitted(
         return
     context = ConnectionContext(address)
     connection = Connection(node, frames, context, guard=guard, address_slot=slot)
+    connection.on_frame = functools.partial(node.heard, connection)
     node.open_connections.add(connection)
+    node.heard(connection)
     try:
         await connection.run()
     except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as group:
         log.debug("connection %s ended: %s", address, group.exceptions[0])
     finally:
         node.open_connections.discard(connection)
+        node.connection_left(connection)
         node.connection_closed(context)
         await _close(node, frames, context)
 

@@ -106,6 +106,7 @@ from broker.core.handlers import (
     login_user,
 )
 from broker.core.handlers import Group as CoreGroup
+from broker.core.liveness import Heartbeats, Revocations, ServedPolls
 from broker.core.logins import LoginThrottle
 from broker.core.long_polls import LongPolls, Refusal, Woken
 from broker.core.maintenance import (
@@ -159,10 +160,13 @@ from broker.state.metadata import (
     CreateRootUser,
     Durability,
     EndSession,
+    ExpireRevocations,
     ExpireTokens,
     MetadataCommand,
     MetadataState,
     PartitionRef,
+    RevocationDrained,
+    RevocationInfo,
     UserInfo,
 )
 from broker.state.metadata_machine import (
@@ -171,6 +175,7 @@ from broker.state.metadata_machine import (
     PartitionStats,
 )
 from broker.state.options import options_catalog
+from broker.state.partition import ConsumerKey, ConsumerKind
 from broker.state.partition_machine import (
     CHECKPOINT_AFTER_OPERATIONS,
     purge_body,
@@ -184,6 +189,7 @@ from journal import SegmentInfo
 from sdk import wire
 from sdk.wire import (
     CommandCode,
+    EvictionReason,
     Frame,
     IggyErrorCode,
     Operation,
@@ -291,6 +297,16 @@ class Node:
         its slot in ``_long_poll_slots``."""
         self._long_poll_slots: dict[int, _LongPollSlot] = {}
         self._long_poll_timer_changed = trio.Event()
+        self._served = ServedPolls()
+        """What this node served consumer group members (``broker.core.liveness``)."""
+        self._revocations = Revocations(
+            self.replica_index,
+            self.replica_count,
+            max(1, round(config.consumer_group.rebalancing_timeout_s * 1e6)),
+        )
+        self._heartbeats: Heartbeats[Connection] = Heartbeats(
+            max(1, round(config.heartbeat.interval_s * 1e6))
+        )
         self.stopping = False
         self.connections: int = 0
         self.open_connections: set[Connection] = set()
@@ -727,6 +743,8 @@ class Node:
             self._maybe_purge()
             self._maybe_expire_tokens()
             self._maybe_retain()
+            self._maybe_move_revoked()
+            self._maybe_evict_stale()
 
     async def _bootstrap_alone(self) -> None:
         while True:
@@ -792,6 +810,86 @@ class Node:
             await self.system.run(self.metadata, ExpireTokens())
         finally:
             self._expiring_tokens = False
+
+    def _maybe_move_revoked(self) -> None:
+        """Report revoking partitions drained here, and as metadata primary expire the
+        ones past the rebalancing timeout (``broker.core.liveness.Revocations``)."""
+        machine = self.metadata.metadata
+        if machine is None:
+            return
+        revocations = machine.state.revocations()
+        if not revocations:
+            return
+        assert self._nursery is not None
+        due = self._revocations.due(
+            revocations,
+            self._served,
+            self._stored_group_offset,
+            now_us(),
+            is_primary=self.metadata.is_primary,
+        )
+        for command in due:
+            self._nursery.start_soon(self._propose_revocation, command)
+
+    def _stored_group_offset(self, revocation: RevocationInfo) -> tuple[bool, int | None]:
+        host = self.partitions.get(
+            (revocation.stream_id, revocation.topic_id, revocation.partition_id)
+        )
+        machine = None if host is None else host.partition_machine
+        if machine is None:
+            return False, None
+        key = ConsumerKey(ConsumerKind.CONSUMER_GROUP, revocation.group_id)
+        return True, machine.state.consumer_offset(key)
+
+    async def _propose_revocation(self, command: RevocationDrained | ExpireRevocations) -> None:
+        try:
+            outcome = await self.system.run(self.metadata, command)
+            if isinstance(command, RevocationDrained) and isinstance(outcome, Replied):
+                key = (command.stream, command.topic, command.group, command.partition_id)
+                self._served.forget(key, command.session)
+        finally:
+            self._revocations.finished(command)
+
+    def served_group_poll(self, route: PartitionRoute, session: int, last_offset: int) -> None:
+        assert route.consumer is not None
+        key = (route.stream_id, route.topic_id, int(route.consumer.id), route.partition_id)
+        self._served.served(key, session, last_offset)
+
+    def heard(self, connection: Connection) -> None:
+        if self.config.heartbeat.enabled:
+            self._heartbeats.heard(connection, now_us())
+
+    def connection_left(self, connection: Connection) -> None:
+        self._heartbeats.closed(connection)
+
+    def _maybe_evict_stale(self) -> None:
+        """Evict the group members' connections that stopped talking, with Iggy's
+        StaleClient, and end their sessions (``broker.core.liveness.Heartbeats``)."""
+        machine = self.metadata.metadata
+        if machine is None or not self.config.heartbeat.enabled:
+            return
+        state = machine.state
+
+        def is_member(connection: Connection) -> bool:
+            # The session the connection logged in to, as Iggy judges it: a connection
+            # that only acts for another session (attached, clusters) is not a member.
+            session = connection.context.bound_session
+            return bool(session and state.memberships(session))
+
+        assert self._nursery is not None
+        for connection in self._heartbeats.stale(now_us(), is_member):
+            context = connection.context
+            session = context.bound_session
+            log.warning(
+                "evicting stale client %s (session %d): nothing heard for %.1f heartbeat intervals",
+                context.address,
+                session,
+                6 / 5,
+            )
+            if context.registered_session == session:
+                context.registered_session = 0  # ended here, not again when it closes
+            connection.evict(EvictionReason.STALE_CLIENT)
+            self._nursery.start_soon(self.system.run, self.metadata, EndSession(session))
 
     def _maybe_purge(self) -> None:
         """Truncate, as primary, each partition whose committed purge its state has not

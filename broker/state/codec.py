@@ -47,6 +47,7 @@ from broker.state.metadata import (
     DeleteUser,
     Durability,
     EndSession,
+    ExpireRevocations,
     ExpireTokens,
     JoinConsumerGroup,
     LeaveConsumerGroup,
@@ -55,6 +56,7 @@ from broker.state.metadata import (
     PurgeStream,
     PurgeTopic,
     Register,
+    RevocationDrained,
     TopicOptionsPatch,
     UpdatePermissions,
     UpdateStream,
@@ -73,6 +75,8 @@ class InternalOperation(IntEnum):
     CREATE_ROOT_USER = 96
     END_SESSION = 97
     EXPIRE_TOKENS = 98
+    REVOCATION_DRAINED = 99
+    EXPIRE_REVOCATIONS = 100
 
 
 OPERATION_BY_COMMAND: Final[dict[type, int]] = {
@@ -102,6 +106,8 @@ OPERATION_BY_COMMAND: Final[dict[type, int]] = {
     CreateRootUser: InternalOperation.CREATE_ROOT_USER,
     EndSession: InternalOperation.END_SESSION,
     ExpireTokens: InternalOperation.EXPIRE_TOKENS,
+    RevocationDrained: InternalOperation.REVOCATION_DRAINED,
+    ExpireRevocations: InternalOperation.EXPIRE_REVOCATIONS,
 }
 COMMAND_BY_OPERATION: Final[dict[int, type]] = {
     int(operation): command for command, operation in OPERATION_BY_COMMAND.items()
@@ -173,7 +179,18 @@ def _from_plain(name: str, item: Any) -> Any:
             return _ident(item)
         case "name" | "username":
             return _text(item)
-        case "partitions_count" | "count" | "client_id" | "user_id" | "session" | "expiry_us":
+        case (
+            "partitions_count"
+            | "count"
+            | "client_id"
+            | "user_id"
+            | "session"
+            | "expiry_us"
+            | "partition_id"
+            | "node"
+            | "nodes"
+            | "timeout_us"
+        ):
             return _natural(item)
         case "token_hash":
             return _token_hash(item)

@@ -30,9 +30,15 @@ Invariants:
    drew the raw token and shows it to its client once); it belongs to one user, is unique
    by name for that user and by hash for the server, and dies with its user. An expired
    token opens no session and is removed by the system command ``ExpireTokens``.
-6. Consumer group assignment is derived, never stored: members in join order, partitions
-   dealt round-robin (partition ``p`` goes to member ``p mod m``). Each change to the
-   members or to the topic's partition count bumps the group's generation.
+6. Consumer group assignment is stored and moves cooperatively, as Iggy's: every partition
+   of the topic has exactly one owner while the group has members. A partition nobody
+   owns (new, or its owner left) goes at once to the least loaded member; a partition
+   that must move from a live member to balance the group is first *revoking*: its owner
+   keeps it (may store offsets for it, may not poll it) until every node reported that
+   nothing it served the owner is uncommitted (``RevocationDrained``), or the primary's
+   ``ExpireRevocations`` finds it older than the rebalancing timeout; only then does the
+   target own it. So no two members ever own one partition. Each change to the members,
+   to the topic's partition count or to an assignment bumps the group's generation.
 7. Bounds: every table has a named maximum, checked before anything is added.
 
 Theory of operation: the runtime decodes a client request into a command
@@ -367,6 +373,29 @@ class ExpireTokens:
     """System: remove every personal access token expired at the op's timestamp."""
 
 
+@dataclass(frozen=True, slots=True)
+class RevocationDrained:
+    """System: node ``node`` (of ``nodes``) served ``session`` nothing of the partition
+    that the group's stored offset does not cover. A revoking partition whose owner is
+    ``session`` moves to its target once every node said so."""
+
+    stream: int
+    topic: int
+    group: int
+    partition_id: int
+    session: int
+    node: int
+    nodes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireRevocations:
+    """System: move every revoking partition that has waited ``timeout_us`` or more at
+    the op's timestamp (Iggy's ``rebalancing_timeout``) to its target."""
+
+    timeout_us: int
+
+
 MetadataCommand: TypeAlias = (
     CreateStream
     | UpdateStream
@@ -394,6 +423,8 @@ MetadataCommand: TypeAlias = (
     | CreatePersonalAccessToken
     | DeletePersonalAccessToken
     | ExpireTokens
+    | RevocationDrained
+    | ExpireRevocations
 )
 
 
@@ -448,6 +479,31 @@ class MemberInfo:
     member_id: int
     session: int
     partitions: tuple[int, ...]
+    """The partitions it owns, revoking ones included (Iggy's member partitions)."""
+    revoking: tuple[int, ...] = ()
+    """Those of its partitions that are moving to another member: it may store offsets
+    for them but not poll them."""
+
+    @property
+    def pollable(self) -> tuple[int, ...]:
+        return tuple(p for p in self.partitions if p not in self.revoking)
+
+
+@dataclass(frozen=True, slots=True)
+class RevocationInfo:
+    """A revoking partition of a consumer group, for the nodes' maintenance."""
+
+    stream_id: int
+    topic_id: int
+    group_id: int
+    partition_id: int
+    source: int
+    """The owner's session."""
+    target: int
+    """The session it moves to."""
+    created_at_us: int
+    drained: tuple[int, ...]
+    """The nodes that reported nothing uncommitted served to the owner."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -587,6 +643,15 @@ class MemberEntity:
     session: int
     member_id: int
     joined_op: int
+    partitions: list[int] = field(default_factory=list)  # owned, ascending
+
+
+@dataclass(slots=True)
+class RevocationEntity:
+    source: int
+    target: int
+    created_at_us: int
+    drained: list[int] = field(default_factory=list)  # node indexes, ascending
 
 
 @dataclass(slots=True)
@@ -595,6 +660,7 @@ class GroupEntity:
     name: str
     generation: int = 1
     members: list[MemberEntity] = field(default_factory=list)  # in join order
+    revoking: dict[int, RevocationEntity] = field(default_factory=dict)  # by partition
 
 
 @dataclass(slots=True)
@@ -712,7 +778,10 @@ class MetadataState:
             CreatePersonalAccessToken: self._create_token,
             DeletePersonalAccessToken: self._delete_token,
             ExpireTokens: self._expire_tokens,
+            RevocationDrained: self._revocation_drained,
+            ExpireRevocations: self._expire_revocations,
         }
+        self._revocations: tuple[RevocationInfo, ...] | None = None
 
     # -- the replicated entry point ------------------------------------------------------
 
@@ -724,6 +793,7 @@ class MetadataState:
         assert ctx.op >= 1, "op 0 is the root of the log, never a command"
         assert 0 <= ctx.timestamp_us <= U64_MAX
         handler = self._handlers[type(command)]
+        self._revocations = None
         try:
             return handler(command, ctx)
         except StateError as error:
@@ -838,17 +908,45 @@ class MetadataState:
         return tuple(found)
 
     def assignment(
-        self, stream: Ident, topic: Ident, group: Ident, session: int
+        self, stream: Ident, topic: Ident, group: Ident, session: int, *, revoking: bool = False
     ) -> tuple[int, tuple[int, ...]]:
-        """``(generation, partition ids)`` assigned to ``session`` in the group.
+        """``(generation, partition ids)`` ``session`` may poll in the group; with
+        ``revoking``, every partition it owns (it may store their offsets).
 
         Raises ``CONSUMER_GROUP_MEMBER_NOT_FOUND`` when the session is not a member.
         """
         info = self.consumer_group(stream, topic, group)
         for member in info.members:
             if member.session == session:
-                return info.generation, member.partitions
+                return info.generation, member.partitions if revoking else member.pollable
         raise StateError(ErrorCode.CONSUMER_GROUP_MEMBER_NOT_FOUND)
+
+    def revocations(self) -> tuple[RevocationInfo, ...]:
+        """Every revoking partition of every consumer group, by stream, topic, group and
+        partition. Computed once per applied op (a maintenance pass asks often)."""
+        if self._revocations is None:
+            found: list[RevocationInfo] = []
+            for stream_id in sorted(self._streams):
+                stream = self._streams[stream_id]
+                for topic_id in sorted(stream.topics):
+                    topic = stream.topics[topic_id]
+                    for group_id in sorted(topic.groups):
+                        revoking = topic.groups[group_id].revoking
+                        found.extend(
+                            RevocationInfo(
+                                stream_id,
+                                topic_id,
+                                group_id,
+                                p,
+                                revoking[p].source,
+                                revoking[p].target,
+                                revoking[p].created_at_us,
+                                tuple(revoking[p].drained),
+                            )
+                            for p in sorted(revoking)
+                        )
+            self._revocations = tuple(found)
+        return self._revocations
 
     def permits(
         self,
@@ -1025,7 +1123,7 @@ class MetadataState:
             PartitionEntity(i, ctx.timestamp_us, ctx.op) for i in range(first, first + cmd.count)
         )
         self._partitions_total += cmd.count
-        _bump_generations(topic)
+        _rebalance_topic(topic, ctx.timestamp_us)
         return Done()
 
     def _delete_partitions(self, cmd: DeletePartitions, ctx: ApplyContext) -> MetadataResult:
@@ -1038,7 +1136,7 @@ class MetadataState:
             raise StateError(ErrorCode.INVALID_PARTITIONS_COUNT, "more than the topic has")
         del topic.partitions[len(topic.partitions) - cmd.count :]
         self._partitions_total -= cmd.count
-        _bump_generations(topic)
+        _rebalance_topic(topic, ctx.timestamp_us)
         return Done()
 
     def _check_partitions_to_add(self, existing: int, count: int, *, allow_zero: bool) -> None:
@@ -1116,7 +1214,7 @@ class MetadataState:
             raise StateError(ErrorCode.CANNOT_DELETE_USER)
         for session in sorted(self._sessions):
             if self._sessions[session].user_id == user.id:
-                self._drop_session(session)
+                self._drop_session(session, ctx.timestamp_us)
         for token in self._tokens.pop(user.id, {}).values():
             del self._token_owners[token.token_hash]
         self._recompute_token_expiry()
@@ -1236,8 +1334,8 @@ class MetadataState:
                 # The primary refuses this before it enters the log; a log written by a
                 # build that did not is refused here, so the owner keeps its session.
                 raise StateError(ErrorCode.UNAUTHORIZED, "the client id is another user's")
-            self._drop_session(previous)
-        self._make_room_for_session(user.id)
+            self._drop_session(previous, ctx.timestamp_us)
+        self._make_room_for_session(user.id, ctx.timestamp_us)
         session = SessionEntity(
             ctx.op, cmd.client_id, user.id, self._next_session_number, ctx.timestamp_us
         )
@@ -1247,7 +1345,7 @@ class MetadataState:
         self._user_sessions.setdefault(user.id, {})[session.session] = None
         return Registered(user_id=user.id, session=session.session)
 
-    def _make_room_for_session(self, user_id: int) -> None:
+    def _make_room_for_session(self, user_id: int, now_us: int) -> None:
         """End a session if a new one of ``user_id`` would exceed a bound: the user's own
         oldest beyond ``SESSIONS_PER_USER_MAX``; with every slot taken, the oldest session
         of the user holding the most (ties: the lowest user id), so a user that logs in
@@ -1256,25 +1354,25 @@ class MetadataState:
         held = self._user_sessions
         own = held.get(user_id, {})
         if len(own) >= SESSIONS_PER_USER_MAX:
-            self._drop_session(next(iter(own)))
+            self._drop_session(next(iter(own)), now_us)
         elif len(self._sessions) >= SESSIONS_MAX:
             heaviest = max(sorted(held), key=lambda u: (len(held[u]), -u))
-            self._drop_session(next(iter(held[heaviest])))
+            self._drop_session(next(iter(held[heaviest])), now_us)
 
     def _logout(self, cmd: Logout, ctx: ApplyContext) -> MetadataResult:
         del cmd
         session = self._find_session(ctx.session)
-        self._drop_session(session.session)
+        self._drop_session(session.session, ctx.timestamp_us)
         return Done()
 
     def _end_session(self, cmd: EndSession, ctx: ApplyContext) -> MetadataResult:
         _require_system(ctx)
         if cmd.session not in self._sessions:
             raise StateError(ErrorCode.CLIENT_NOT_FOUND)
-        self._drop_session(cmd.session)
+        self._drop_session(cmd.session, ctx.timestamp_us)
         return Done()
 
-    def _drop_session(self, session: int) -> None:
+    def _drop_session(self, session: int, now_us: int) -> None:
         """End ``session``: forget it and remove it from every consumer group."""
         found = self._sessions.pop(session)
         del self._session_by_client[found.client_id]
@@ -1291,7 +1389,7 @@ class MetadataState:
                     kept = [m for m in group.members if m.session != session]
                     if len(kept) != len(group.members):
                         group.members = kept
-                        group.generation += 1
+                        _rebalance(topic, group, now_us)
 
     # -- consumer groups ------------------------------------------------------------------
 
@@ -1328,7 +1426,7 @@ class MetadataState:
         if any(m.session == session.session for m in group.members):
             return Done()  # joining twice is a no-op, as a retry after a lost reply would be
         group.members.append(MemberEntity(session.session, session.number, ctx.op))
-        group.generation += 1
+        _rebalance(topic, group, ctx.timestamp_us)
         return Done()
 
     def _leave_consumer_group(self, cmd: LeaveConsumerGroup, ctx: ApplyContext) -> MetadataResult:
@@ -1341,8 +1439,41 @@ class MetadataState:
         if len(kept) == len(group.members):
             raise StateError(ErrorCode.CONSUMER_GROUP_MEMBER_NOT_FOUND)
         group.members = kept
-        group.generation += 1
+        _rebalance(topic, group, ctx.timestamp_us)
         return Done()
+
+    def _revocation_drained(self, cmd: RevocationDrained, ctx: ApplyContext) -> MetadataResult:
+        _require_system(ctx)
+        if not 0 <= cmd.node < cmd.nodes:
+            raise StateError(ErrorCode.INVALID_COMMAND, "node index out of range")
+        group = self._revoking_group(cmd.stream, cmd.topic, cmd.group)
+        revocation = None if group is None else group.revoking.get(cmd.partition_id)
+        if group is None or revocation is None or revocation.source != cmd.session:
+            return Done()  # completed, cancelled or replaced since the node looked
+        if cmd.node not in revocation.drained:
+            revocation.drained = sorted([*revocation.drained, cmd.node])
+        if len(revocation.drained) >= cmd.nodes:
+            _complete_revocation(group, cmd.partition_id)
+        return Done()
+
+    def _expire_revocations(self, cmd: ExpireRevocations, ctx: ApplyContext) -> MetadataResult:
+        _require_system(ctx)
+        for stream_id in sorted(self._streams):
+            stream = self._streams[stream_id]
+            for topic_id in sorted(stream.topics):
+                topic = stream.topics[topic_id]
+                for group_id in sorted(topic.groups):
+                    group = topic.groups[group_id]
+                    for partition_id in sorted(group.revoking):
+                        created = group.revoking[partition_id].created_at_us
+                        if created + cmd.timeout_us <= ctx.timestamp_us:
+                            _complete_revocation(group, partition_id)
+        return Done()
+
+    def _revoking_group(self, stream_id: int, topic_id: int, group_id: int) -> GroupEntity | None:
+        stream = self._streams.get(stream_id)
+        topic = None if stream is None else stream.topics.get(topic_id)
+        return None if topic is None else topic.groups.get(group_id)
 
     # -- authorization --------------------------------------------------------------------
 
@@ -1469,10 +1600,6 @@ class MetadataState:
     def _group_info(
         stream: StreamEntity, topic: TopicEntity, group: GroupEntity
     ) -> ConsumerGroupInfo:
-        dealt: list[list[int]] = [[] for _ in group.members]
-        if group.members:
-            for partition in topic.partitions:
-                dealt[partition.id % len(group.members)].append(partition.id)
         return ConsumerGroupInfo(
             group.id,
             stream.id,
@@ -1481,8 +1608,13 @@ class MetadataState:
             group.generation,
             len(topic.partitions),
             tuple(
-                MemberInfo(member.member_id, member.session, tuple(dealt[i]))
-                for i, member in enumerate(group.members)
+                MemberInfo(
+                    member.member_id,
+                    member.session,
+                    tuple(member.partitions),
+                    tuple(p for p in member.partitions if p in group.revoking),
+                )
+                for member in group.members
             ),
         )
 
@@ -1708,9 +1840,90 @@ def _purge(topic: TopicEntity) -> None:
         partition.purge_generation += 1
 
 
-def _bump_generations(topic: TopicEntity) -> None:
+def _rebalance_topic(topic: TopicEntity, now_us: int) -> None:
     for group_id in sorted(topic.groups):
-        topic.groups[group_id].generation += 1
+        _rebalance(topic, topic.groups[group_id], now_us)
+
+
+def _rebalance(topic: TopicEntity, group: GroupEntity, now_us: int) -> None:
+    """Bring the group's assignment in line with its members and the topic's partitions
+    (invariant 6), and bump its generation. Deterministic: members in join order, ties
+    to the earliest joined, partitions ascending.
+
+    1. Partitions that no longer exist are forgotten; a revocation whose owner or target
+       is gone is cancelled (the partition stays with its owner, or has none).
+    2. Each partition without an owner goes at once to the least loaded member: nobody
+       can be processing it.
+    3. While one member's load (what it will own once revocations complete) exceeds
+       another's by more than one, one of its partitions starts revoking toward the least
+       loaded (the highest it does not already give away), or, if everything it is to
+       hold is still coming to it, one incoming revocation is re-aimed there.
+    """
+    group.generation += 1
+    count = len(topic.partitions)
+    members = group.members
+    sessions = {m.session: index for index, m in enumerate(members)}
+    for member in members:
+        member.partitions = [p for p in member.partitions if p < count]
+    for partition_id in sorted(group.revoking):
+        revocation = group.revoking[partition_id]
+        source = sessions.get(revocation.source)
+        if (
+            source is None
+            or revocation.target not in sessions
+            or partition_id not in members[source].partitions
+        ):
+            del group.revoking[partition_id]
+    if not members:
+        return
+    owned = {p for member in members for p in member.partitions}
+    load = [len(member.partitions) for member in members]
+    for revocation in group.revoking.values():
+        load[sessions[revocation.source]] -= 1
+        load[sessions[revocation.target]] += 1
+    for partition_id in range(count):
+        if partition_id not in owned:
+            least = min(range(len(members)), key=lambda i: (load[i], i))
+            members[least].partitions.append(partition_id)
+            load[least] += 1
+    for member in members:
+        member.partitions.sort()
+    for _ in range(count + len(members) + 1):
+        most = max(range(len(members)), key=lambda i: (load[i], -i))
+        least = min(range(len(members)), key=lambda i: (load[i], i))
+        if load[most] - load[least] <= 1:
+            break
+        giving = [p for p in members[most].partitions if p not in group.revoking]
+        if giving:
+            partition_id = giving[-1]
+            group.revoking[partition_id] = RevocationEntity(
+                members[most].session, members[least].session, now_us
+            )
+        else:
+            coming = [
+                p
+                for p in sorted(group.revoking)
+                if group.revoking[p].target == members[most].session
+            ]
+            assert coming, "a member's load is what it owns or what comes to it"
+            group.revoking[coming[-1]].target = members[least].session
+        load[most] -= 1
+        load[least] += 1
+    else:
+        raise AssertionError("the rebalance did not settle")
+    group.revoking = {p: group.revoking[p] for p in sorted(group.revoking)}
+
+
+def _complete_revocation(group: GroupEntity, partition_id: int) -> None:
+    """Move a revoking partition to its target (both are members: a rebalance cancels a
+    revocation whose owner or target left)."""
+    revocation = group.revoking.pop(partition_id)
+    source = next(m for m in group.members if m.session == revocation.source)
+    target = next(m for m in group.members if m.session == revocation.target)
+    source.partitions.remove(partition_id)
+    target.partitions.append(partition_id)
+    target.partitions.sort()
+    group.generation += 1
 
 
 def _topic_problems(
@@ -1733,6 +1946,32 @@ def _topic_problems(
             problems.append(f"{where} group {group_id} has a member without a session")
         if group.id >= topic.next_group_id:
             problems.append(f"{where} group {group_id} id out of order")
+        problems.extend(_assignment_problems(f"{where} group {group_id}", topic, group))
+    return problems
+
+
+def _assignment_problems(where: str, topic: TopicEntity, group: GroupEntity) -> list[str]:
+    """Invariant 6: one owner per partition, every partition owned while there are
+    members, revocations between two members from the owner."""
+    owned = [p for member in group.members for p in member.partitions]
+    expected = list(range(len(topic.partitions))) if group.members else []
+    problems: list[str] = []
+    if sorted(owned) != expected:
+        problems.append(f"{where} does not own each partition exactly once")
+    if any(m.partitions != sorted(m.partitions) for m in group.members):
+        problems.append(f"{where} partitions out of order")
+    sessions = {m.session: m for m in group.members}
+    for partition_id in sorted(group.revoking):
+        revocation = group.revoking[partition_id]
+        source = sessions.get(revocation.source)
+        if (
+            source is None
+            or partition_id not in source.partitions
+            or revocation.target not in sessions
+            or revocation.target == revocation.source
+            or revocation.drained != sorted(set(revocation.drained))
+        ):
+            problems.append(f"{where} revocation of partition {partition_id} is unsound")
     return problems
 
 

@@ -142,6 +142,14 @@ class PartitionMachine:
         Raises:
             StateError: an invalid count or strategy.
         """
+        parts, store, _ = self.poll_served(request, consumer)
+        return parts, store
+
+    def poll_served(
+        self, request: wire.PollMessages, consumer: ConsumerKey
+    ) -> tuple[list[Buffer], int | None, int | None]:
+        """:meth:`poll`, and the last offset it serves (None: no message), which a node
+        remembers of a consumer group member's polls (``broker.core.liveness``)."""
         result = self.state.poll(
             consumer,
             PollingKind(int(request.strategy.kind)),
@@ -150,7 +158,8 @@ class PartitionMachine:
             auto_commit=request.auto_commit,
         )
         parts = wire.poll_reply_parts(self.state.partition_id, result.current_offset, result.slices)
-        return parts, result.store_offset
+        last = result.slices[-1].last_offset if result.slices else None
+        return parts, result.store_offset, last
 
     def poll_wait_offset(self, request: wire.PollMessages, consumer: ConsumerKey) -> int | None:
         """None when ``poll`` would return messages now; else the offset a long poll

@@ -10,9 +10,9 @@ Invariants:
 
 1. Nothing here reads a clock, draws randomness or touches IO; the balanced-partitioning
    counter is passed in (the runtime's, per topic, local as in Iggy).
-2. A poll by a consumer group member reads only a partition the member owns in the
-   current generation; a group's offset of an explicit partition may be read or written
-   by a session that does not own it.
+2. A poll by a consumer group member reads only a partition the member owns and is not
+   giving away (revoking) in the current generation; a group's offset of an explicit
+   partition may be read or written by a session that does not own it.
 """
 
 from __future__ import annotations
@@ -142,7 +142,11 @@ def _route_owned(
         group = state.consumer_group(topic.stream_id, topic.id, consumer.id.value)
         key = ConsumerKey(ConsumerKind.CONSUMER_GROUP, group.id)
         if owned_only or partition_id is None:
-            _, owned = state.assignment(topic.stream_id, topic.id, group.id, session)
+            # A poll reads a partition the member may poll; an offset write may name one
+            # it still owns while it moves to another member (it commits what it polled).
+            _, owned = state.assignment(
+                topic.stream_id, topic.id, group.id, session, revoking=not owned_only
+            )
             if partition_id is None:
                 if not owned:
                     raise StateError(ErrorCode.CONSUMER_GROUP_PARTITION_NOT_OWNED)

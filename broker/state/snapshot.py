@@ -40,6 +40,7 @@ from broker.state.metadata import (
     MetadataContents,
     MetadataState,
     PartitionEntity,
+    RevocationEntity,
     SessionEntity,
     StreamEntity,
     TokenEntity,
@@ -50,9 +51,12 @@ from broker.state.metadata import (
 )
 from broker.state.permissions import permissions_from_plain, permissions_to_plain
 
-SNAPSHOT_VERSION = 2
-"""Version 2 added personal access tokens; a version 1 snapshot is read as holding none."""
-SNAPSHOT_VERSIONS_READABLE = (1, 2)
+SNAPSHOT_VERSION = 3
+"""Version 2 added personal access tokens; a version 1 snapshot is read as holding none.
+Version 3 stores consumer group assignments (each member's partitions, the revoking
+ones); an older snapshot's groups are read with the assignment it implied, partition
+``p`` to member ``p mod m``, and nothing revoking."""
+SNAPSHOT_VERSIONS_READABLE = (1, 2, 3)
 
 
 class SnapshotError(Exception):
@@ -115,7 +119,7 @@ def _contents_from_plain(plain: dict[str, Any]) -> MetadataContents:
         next_user_id=_int(plain["next_user_id"]),
         next_session_number=_int(plain["next_session_number"]),
         root_user_id=None if root is None else _int(root),
-        streams=tuple(_stream_from_plain(item) for item in plain["streams"]),
+        streams=tuple(_stream_from_plain(item, plain["version"]) for item in plain["streams"]),
         users=tuple(_user_from_plain(item) for item in plain["users"]),
         sessions=tuple(_session_from_plain(item) for item in plain["sessions"]),
         tokens=tuple(_token_from_plain(item) for item in tokens),
@@ -192,12 +196,12 @@ def _stream_to_plain(stream: StreamEntity) -> list[Any]:
     ]
 
 
-def _stream_from_plain(item: list[Any]) -> StreamEntity:
+def _stream_from_plain(item: list[Any], version: int) -> StreamEntity:
     stream_id, name, created_at_us, next_topic_id, topics = item
     stream = StreamEntity(_int(stream_id), _str(name), _int(created_at_us))
     stream.next_topic_id = _int(next_topic_id)
     for topic_item in topics:
-        topic = _topic_from_plain(topic_item)
+        topic = _topic_from_plain(topic_item, version)
         _require_new(topic.id, stream.topics, topic.name, stream.topic_ids_by_name)
         stream.topics[topic.id] = topic
         stream.topic_ids_by_name[topic.name] = topic.id
@@ -218,14 +222,18 @@ def _topic_to_plain(topic: TopicEntity) -> list[Any]:
                 group.id,
                 group.name,
                 group.generation,
-                [[m.session, m.member_id, m.joined_op] for m in group.members],
+                [[m.session, m.member_id, m.joined_op, m.partitions] for m in group.members],
+                [
+                    [p, r.source, r.target, r.created_at_us, r.drained]
+                    for p, r in ((p, group.revoking[p]) for p in sorted(group.revoking))
+                ],
             ]
             for group in (topic.groups[i] for i in sorted(topic.groups))
         ],
     ]
 
 
-def _topic_from_plain(item: list[Any]) -> TopicEntity:
+def _topic_from_plain(item: list[Any], version: int) -> TopicEntity:
     topic_id, name, created_at_us, options, explicit, partitions, next_group_id, groups = item
     if not all(key in TOPIC_OPTION_FIELDS for key in explicit) or list(explicit) != sorted(
         explicit, key=TOPIC_OPTION_FIELDS.index
@@ -243,16 +251,44 @@ def _topic_from_plain(item: list[Any]) -> TopicEntity:
         for pid, created, created_op, purge in partitions
     ]
     topic.next_group_id = _int(next_group_id)
-    for group_id, group_name, generation, members in groups:
-        group = GroupEntity(_int(group_id), _str(group_name), _int(generation))
-        group.members = [
-            MemberEntity(_int(session), _int(member_id), _int(joined_op))
-            for session, member_id, joined_op in members
-        ]
+    for group_item in groups:
+        group = _group_from_plain(group_item, version, len(topic.partitions))
         _require_new(group.id, topic.groups, group.name, topic.group_ids_by_name)
         topic.groups[group.id] = group
         topic.group_ids_by_name[group.name] = group.id
     return topic
+
+
+def _group_from_plain(item: list[Any], version: int, partitions_count: int) -> GroupEntity:
+    if version < 3:
+        group_id, name, generation, members = item
+        group = GroupEntity(_int(group_id), _str(name), _int(generation))
+        group.members = [
+            MemberEntity(_int(session), _int(member_id), _int(joined_op))
+            for session, member_id, joined_op in members
+        ]
+        for partition_id in range(partitions_count if group.members else 0):
+            group.members[partition_id % len(group.members)].partitions.append(partition_id)
+        return group
+    group_id, name, generation, members, revoking = item
+    group = GroupEntity(_int(group_id), _str(name), _int(generation))
+    group.members = [
+        MemberEntity(_int(session), _int(member_id), _int(joined_op), _ints(partitions))
+        for session, member_id, joined_op, partitions in members
+    ]
+    for partition_id, source, target, created_at_us, drained in revoking:
+        if _int(partition_id) in group.revoking:
+            raise ValueError(f"partition {partition_id} revoking twice")
+        group.revoking[partition_id] = RevocationEntity(
+            _int(source), _int(target), _int(created_at_us), _ints(drained)
+        )
+    return group
+
+
+def _ints(value: Any) -> list[int]:
+    if not isinstance(value, list):
+        raise TypeError(f"expected a list, got {value!r}")
+    return [_int(item) for item in value]
 
 
 def _user_to_plain(user: UserEntity) -> list[Any]:

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from broker.state.errors import ErrorCode
+from broker.state.metadata import ConsumerGroupInfo, MemberInfo
 from consensus.messages import Prepare
 from sdk import wire
 from sim.checkers import Checkers, CheckFailed
@@ -136,3 +137,34 @@ def test_a_deleted_topic_served_on_the_connection_told_of_its_deletion_fails() -
     with pytest.raises(CheckFailed) as failed:
         checkers.on_reply(_client(), pending, ClientReply(77, 5, 0, 0, b"", incarnation=1))
     assert failed.value.checker == "deleted"
+
+
+def _group(
+    generation: int, *members: tuple[int, tuple[int, ...], tuple[int, ...]]
+) -> ConsumerGroupInfo:
+    return ConsumerGroupInfo(
+        0,
+        0,
+        0,
+        "g",
+        generation,
+        4,
+        tuple(MemberInfo(member, member, owned, revoking) for member, owned, revoking in members),
+    )
+
+
+def test_a_partition_moving_straight_between_two_live_members_fails() -> None:
+    checkers = Checkers()
+    checkers.on_assignments(0, 10, (_group(2, (1, (0, 1), ()), (2, (), ())),))
+    with pytest.raises(CheckFailed) as failed:
+        checkers.on_assignments(0, 11, (_group(3, (1, (0,), ()), (2, (1,), ())),))
+    assert failed.value.checker == "ownership"
+
+
+def test_a_partition_moving_through_a_revocation_or_off_a_member_that_left_passes() -> None:
+    checkers = Checkers()
+    checkers.on_assignments(0, 10, (_group(2, (1, (0, 1), ()), (2, (), ())),))
+    checkers.on_assignments(0, 11, (_group(3, (1, (0, 1), (1,)), (2, (), ())),))
+    checkers.on_assignments(1, 12, (_group(4, (1, (0,), ()), (2, (1,), ())),))
+    checkers.on_assignments(0, 13, (_group(5, (2, (0, 1), ())),))  # member 1 left
+    assert checkers.handoffs == 1

@@ -25,6 +25,7 @@ from broker.state.metadata import (
     DeleteUser,
     Durability,
     EndSession,
+    ExpireRevocations,
     ExpireTokens,
     Ident,
     JoinConsumerGroup,
@@ -34,6 +35,7 @@ from broker.state.metadata import (
     PurgeStream,
     PurgeTopic,
     Register,
+    RevocationDrained,
     TopicOptionsPatch,
     UpdatePermissions,
     UpdateStream,
@@ -183,6 +185,19 @@ commands: st.SearchStrategy[MetadataCommand] = st.one_of(
     ),
     st.builds(DeletePersonalAccessToken, st.sampled_from(TOKEN_NAMES)),
     st.builds(ExpireTokens),
+    # Revocations: a report names a session that may or may not own the partition; an
+    # expiry with a short timeout moves every revocation the history made.
+    st.builds(
+        RevocationDrained,
+        st.integers(0, 1),
+        st.integers(0, 1),
+        st.integers(0, 1),
+        st.integers(0, 3),
+        st.integers(0, 40),
+        st.integers(0, 1),
+        st.integers(1, 2),
+    ),
+    st.builds(ExpireRevocations, st.sampled_from([0, 10, 1_000_000])),
 )
 
 

@@ -28,6 +28,7 @@ from broker.state.metadata import (
     Done,
     Durability,
     EndSession,
+    ExpireRevocations,
     JoinConsumerGroup,
     LeaveConsumerGroup,
     Logout,
@@ -36,6 +37,7 @@ from broker.state.metadata import (
     PurgeTopic,
     Register,
     Rejected,
+    RevocationDrained,
     StreamCreated,
     TopicCreated,
     TopicOptions,
@@ -595,7 +597,7 @@ def _group_setup(partitions: int = 4) -> Driver:
     return d
 
 
-def test_join_assigns_partitions_round_robin_in_join_order() -> None:
+def test_a_join_revokes_cooperatively_and_the_partition_moves_once_drained() -> None:
     d = _group_setup(5)
     a = d.login(0xA1, 0)
     b = d.login(0xB1, 0)
@@ -604,8 +606,64 @@ def test_join_assigns_partitions_round_robin_in_join_order() -> None:
     assert d.apply(JoinConsumerGroup("s", "t", 0), b) == Done()
     group = d.state.consumer_group("s", "t", "g")
     assert group.generation == 3
-    assert [(m.session, m.partitions) for m in group.members] == [(a, (0, 2, 4)), (b, (1, 3))]
+    # A keeps 3 and 4 (it may still store their offsets) but no longer polls them; B
+    # gets nothing until they are drained: no partition has two owners.
+    assert [(m.session, m.partitions, m.revoking) for m in group.members] == [
+        (a, (0, 1, 2, 3, 4), (3, 4)),
+        (b, (), ()),
+    ]
+    assert d.state.assignment("s", "t", "g", a) == (3, (0, 1, 2))
+    assert d.state.assignment("s", "t", "g", b) == (3, ())
+    assert [(r.partition_id, r.source, r.target, r.drained) for r in d.state.revocations()] == [
+        (3, a, b, ()),
+        (4, a, b, ()),
+    ]
+    # Two nodes of three said they served A nothing uncommitted: not yet.
+    d.apply(RevocationDrained(0, 0, 0, 3, a, 0, 3))
+    d.apply(RevocationDrained(0, 0, 0, 3, a, 2, 3))
+    d.apply(RevocationDrained(0, 0, 0, 3, a, 2, 3))  # a repeated report counts once
+    assert d.state.assignment("s", "t", "g", b) == (3, ())
+    d.apply(RevocationDrained(0, 0, 0, 3, a, 1, 3))
+    assert d.state.assignment("s", "t", "g", b) == (4, (3,))
+    assert d.state.assignment("s", "t", "g", a) == (4, (0, 1, 2))
+    # A report for a session that does not own the partition (any more) changes nothing.
+    assert d.apply(RevocationDrained(0, 0, 0, 4, b, 0, 1)) == Done()
+    assert d.state.consumer_group("s", "t", "g").generation == 4
     assert d.state.memberships(a) == ((0, 0, 0),)
+
+
+def test_revocations_expire_after_the_timeout_at_the_op_timestamp() -> None:
+    d = _group_setup(2)
+    a = d.login(0xA1, 0)
+    b = d.login(0xB1, 0)
+    d.apply(JoinConsumerGroup("s", "t", "g"), a)
+    d.apply(JoinConsumerGroup("s", "t", "g"), b)
+    (revocation,) = d.state.revocations()
+    # The driver's timestamps advance by 10 per op.
+    waited = 1_000 + 10 * (d.op + 1) - revocation.created_at_us
+    d.apply(ExpireRevocations(waited + 1))
+    assert d.state.assignment("s", "t", "g", b)[1] == ()
+    d.apply(ExpireRevocations(waited))
+    assert d.state.assignment("s", "t", "g", b)[1] == (1,)
+    assert d.state.revocations() == ()
+
+
+def test_a_revocation_is_cancelled_when_its_target_leaves() -> None:
+    d = _group_setup(2)
+    a = d.login(0xA1, 0)
+    b = d.login(0xB1, 0)
+    d.apply(JoinConsumerGroup("s", "t", "g"), a)
+    d.apply(JoinConsumerGroup("s", "t", "g"), b)
+    assert len(d.state.revocations()) == 1
+    d.apply(LeaveConsumerGroup("s", "t", "g"), b)
+    assert d.state.revocations() == ()
+    assert d.state.assignment("s", "t", "g", a)[1] == (0, 1)
+
+
+def test_system_revocation_commands_need_the_system() -> None:
+    d = _group_setup(2)
+    assert d.as_root(ExpireRevocations(0)) == Rejected(ErrorCode.UNAUTHORIZED)
+    assert d.apply(RevocationDrained(0, 0, 0, 0, 1, 3, 3)) == Rejected(ErrorCode.INVALID_COMMAND)
 
 
 def test_join_twice_is_a_no_op() -> None:
@@ -623,6 +681,8 @@ def test_leave_rebalances_and_leaving_twice_is_rejected() -> None:
     b = d.login(0xB1, 0)
     d.apply(JoinConsumerGroup("s", "t", "g"), a)
     d.apply(JoinConsumerGroup("s", "t", "g"), b)
+    # A leaves while 2 and 3 are still revoking toward B: everything A owned has no owner
+    # now, so it goes to B at once.
     assert d.apply(LeaveConsumerGroup("s", "t", "g"), a) == Done()
     assert d.state.assignment("s", "t", "g", b) == (4, (0, 1, 2, 3))
     assert d.apply(LeaveConsumerGroup("s", "t", "g"), a) == Rejected(
@@ -636,11 +696,15 @@ def test_partition_changes_bump_the_generation_and_reassign() -> None:
     b = d.login(0xB1, 0)
     d.apply(JoinConsumerGroup("s", "t", "g"), a)
     d.apply(JoinConsumerGroup("s", "t", "g"), b)
+    d.apply(ExpireRevocations(0))  # B got partition 1
+    assert d.state.assignment("s", "t", "g", b) == (4, (1,))
+    # New partitions have no owner: each goes at once to the least loaded member.
     d.as_root(CreatePartitions("s", "t", 2))
-    assert d.state.assignment("s", "t", "g", a) == (4, (0, 2))
+    assert d.state.assignment("s", "t", "g", a) == (5, (0, 2))
+    assert d.state.assignment("s", "t", "g", b) == (5, (1, 3))
     d.as_root(DeletePartitions("s", "t", 3))
-    assert d.state.assignment("s", "t", "g", a) == (5, (0,))
-    assert d.state.assignment("s", "t", "g", b) == (5, ())
+    assert d.state.assignment("s", "t", "g", a) == (6, (0,))
+    assert d.state.assignment("s", "t", "g", b) == (6, ())
 
 
 def test_logout_and_eviction_remove_the_member() -> None:

@@ -13,9 +13,11 @@ from broker.state.metadata import (
     CreateTopic,
     DeletePartitions,
     EndSession,
+    ExpireRevocations,
     JoinConsumerGroup,
     LeaveConsumerGroup,
     MetadataResult,
+    RevocationDrained,
 )
 from broker.state.snapshot import SnapshotError, restore_state, snapshot_state
 from tests.state.helpers import ROOT_CLIENT_ID, Driver, driver_with_root
@@ -87,10 +89,10 @@ def test_restored_snapshot_gives_the_same_state_and_replies(
 @settings(max_examples=200, deadline=None)
 @given(
     partitions=st.integers(0, 12),
-    events=st.lists(st.tuples(st.booleans(), st.integers(0, 5)), max_size=30),
+    events=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5)), max_size=30),
 )
 def test_group_assignment_is_deterministic_balanced_and_complete(
-    partitions: int, events: list[tuple[bool, int]]
+    partitions: int, events: list[tuple[int, int]]
 ) -> None:
     replicas = [driver_with_root(), driver_with_root()]
     members: list[int] = []
@@ -99,20 +101,36 @@ def test_group_assignment_is_deterministic_balanced_and_complete(
         d.as_root(CreateTopic("s", "t", partitions))
         d.as_root(CreateConsumerGroup("s", "t", "g"))
         members = [d.login(0x100 + i, 0) for i in range(6)]
-    for join, who in events:
-        command = JoinConsumerGroup if join else LeaveConsumerGroup
+    for kind, who in events:
         for d in replicas:
-            d.apply(command("s", "t", "g"), members[who])
-    groups = [d.state.consumer_group("s", "t", "g") for d in replicas]
-    assert groups[0] == groups[1]
-    group = groups[0]
-    dealt = sorted(p for m in group.members for p in m.partitions)
+            if kind == 0:
+                d.apply(JoinConsumerGroup("s", "t", "g"), members[who])
+            elif kind == 1:
+                d.apply(LeaveConsumerGroup("s", "t", "g"), members[who])
+            elif kind == 2:
+                # One node of two drains the owner of the oldest revoking partition.
+                for revocation in d.state.revocations()[:1]:
+                    d.apply(
+                        RevocationDrained(
+                            0, 0, 0, revocation.partition_id, revocation.source, who % 2, 2
+                        )
+                    )
+            else:
+                d.apply(ExpireRevocations(10 * who))
+        groups = [d.state.consumer_group("s", "t", "g") for d in replicas]
+        assert groups[0] == groups[1]
+        group = groups[0]
+        dealt = sorted(p for m in group.members for p in m.partitions)
+        # Every partition has exactly one owner at every step.
+        assert dealt == (list(range(partitions)) if group.members else [])
+    for d in replicas:
+        d.apply(ExpireRevocations(0))
+    group = replicas[0].state.consumer_group("s", "t", "g")
+    assert group == replicas[1].state.consumer_group("s", "t", "g")
     if group.members:
-        assert dealt == list(range(partitions))  # every partition exactly once
         sizes = [len(m.partitions) for m in group.members]
-        assert max(sizes) - min(sizes) <= 1  # balanced
-    else:
-        assert dealt == []
+        assert max(sizes) - min(sizes) <= 1  # balanced once the revocations completed
+        assert all(m.revoking == () for m in group.members)
 
 
 def test_snapshot_bytes_do_not_depend_on_insertion_history() -> None:

@@ -27,6 +27,7 @@ from broker.state.metadata import (
     CreateUser,
     DeleteStream,
     Durability,
+    ExpireRevocations,
     JoinConsumerGroup,
     Logout,
     MetadataCommand,
@@ -424,6 +425,19 @@ def test_route_poll_for_consumers_and_group_members() -> None:
     assert raised.value.code == ErrorCode.CONSUMER_GROUP_MEMBER_NOT_FOUND
     host.run(JoinConsumerGroup("b", "t", "g"), root)
     host.run(JoinConsumerGroup("b", "t", "g"), reader)
+    # Partition 1 is revoking from root to the reader: neither may poll it yet.
+    with pytest.raises(StateError) as raised:
+        route_poll(state, _poll(group, None), reader)
+    assert raised.value.code == ErrorCode.CONSUMER_GROUP_PARTITION_NOT_OWNED
+    with pytest.raises(StateError) as raised:
+        route_poll(state, _poll(group, 1), root)
+    assert raised.value.code == ErrorCode.CONSUMER_GROUP_PARTITION_NOT_OWNED
+    # ... but root, which still owns it, may store its offset without naming it.
+    root_store = wire.StoreConsumerOffset(
+        group, wire.Identifier("b"), wire.Identifier("t"), None, 0
+    )
+    assert route_offset(state, root_store, root).partition_id == 0
+    host.run(ExpireRevocations(0))
     assert route_poll(state, _poll(group, None), reader).partition_id == 1
     with pytest.raises(StateError) as raised:
         route_poll(state, _poll(group, 0), reader)

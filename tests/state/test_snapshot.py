@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
+import cbor2
+
 from broker.state.credentials import PasswordHash, token_hash
 from broker.state.metadata import (
     ChangePassword,
@@ -22,6 +24,7 @@ from broker.state.metadata import (
     LeaveConsumerGroup,
     Logout,
     PurgeTopic,
+    RevocationDrained,
     TopicOptionsPatch,
     UpdatePermissions,
     UpdateStream,
@@ -33,11 +36,11 @@ from broker.state.snapshot import restore_state, snapshot_state
 from sdk.wire import GlobalPermissions, Permissions, StreamPermissions, TopicPermissions
 from tests.state.helpers import Driver, driver_with_root
 
-# Computed from the history below when the codec still lived in ``metadata.py``: replicas
-# and disks of that version wrote these bytes, and this version must write (and read)
-# them unchanged. A deliberate format change bumps ``SNAPSHOT_VERSION`` and this pin.
-PINNED_SIZE_BYTES = 1610
-PINNED_SHA256 = "186c67658fd13e188bef7640a3216b3ca12f24580bad49c3c02732273ba37087"
+# Computed from the history below by version 3 (stored group assignments): replicas and
+# disks of that version wrote these bytes, and this version must write (and read) them
+# unchanged. A deliberate format change bumps ``SNAPSHOT_VERSION`` and this pin.
+PINNED_SIZE_BYTES = 1647
+PINNED_SHA256 = "177c62454f4bb1ddc447337419edbbdf13dffc4a75328fe029ab8135f226d410"
 
 
 def _history() -> Driver:
@@ -92,6 +95,9 @@ def _history() -> Driver:
         d.apply(JoinConsumerGroup("orders", "us", "billing"), session)
     d.apply(LeaveConsumerGroup("orders", "us", "billing"), second)
     d.apply(JoinConsumerGroup("orders", "us", "shipping"), first)
+    d.apply(JoinConsumerGroup("orders", "us", "shipping"), d.root_session)
+    # Partitions 2 and 3 of "us" revoke from first to root; one node drained partition 3.
+    d.apply(RevocationDrained(0, 2, 1, 3, first, 1, 3))
     d.apply(CreatePersonalAccessToken("ci-token", 500, token_hash("token-a")), first)
     d.apply(CreatePersonalAccessToken("forever", 0, token_hash("token-b")), first)
     d.apply(CreatePersonalAccessToken("root-tok", 9_000, token_hash("token-c")), d.root_session)
@@ -116,3 +122,17 @@ def test_restore_of_the_pinned_snapshot_gives_a_state_with_the_same_bytes_and_an
     assert restored.sessions() == original.state.sessions()
     assert restored.token_expiry_min_us == original.state.token_expiry_min_us
     assert restored.partitions_total == original.state.partitions_total
+
+
+def test_a_version_2_snapshot_is_read_with_the_assignment_it_implied() -> None:
+    # Version 2 stored no assignment: partition p belonged to member p mod m.
+    plain = cbor2.loads(snapshot_state(_history().state))
+    plain["version"] = 2
+    for stream in plain["streams"]:
+        for topic in stream[4]:
+            topic[7] = [[*group[:3], [m[:3] for m in group[3]]] for group in topic[7]]
+    restored = restore_state(cbor2.dumps(plain, canonical=True))
+    assert restored.check_invariants() == []
+    shipping = restored.consumer_group("orders", "us", "shipping")
+    assert [m.partitions for m in shipping.members] == [(0, 2), (1, 3)]
+    assert [m.revoking for m in shipping.members] == [(), ()]
