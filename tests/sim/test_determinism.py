@@ -46,9 +46,10 @@ ROOT = Path(__file__).resolve().parents[2]
 # f05bdc55...: ``ReplicaConfig`` has ``checkpoint_after_operations`` (partition groups
 # checkpoint as a purge or retention commits), which shows in the options' repr.
 # Then consumers send some polls as long polls (``LONG_POLL_CODE``): each poll
-# draws whether it is one, which moves every later draw of the client's randomness.
+# draws whether it is one, which moves every later draw of the client's randomness. ->
+# 63ed6ead...: both changes together (the checkpoint options and the long-poll draws).
 BASELINE_SEED = 5
-BASELINE_TRACE_HASH = "302672e0661df5fc213ab6756f08451a"
+BASELINE_TRACE_HASH = "63ed6ead4be645372456a68727e09033"
 
 
 def _trace_of(seed: int, hash_seed: str) -> str:
