@@ -22,7 +22,7 @@ import pytest
 from bench.chaos.nodes import ChaosCluster
 from broker.state.metadata import SESSIONS_MAX, SESSIONS_PER_USER_MAX
 from sdk import wire
-from sdk.wire import CommandCode
+from sdk.wire import CommandCode, IggyErrorCode
 from tests.runtime.processes import CLUSTER_SECRET, ROOT_PASSWORD, start_node
 from tests.runtime.test_cluster_replies import login
 from tests.wire_client import WireClient
@@ -64,8 +64,8 @@ def addresses(request: pytest.FixtureRequest) -> Iterator[list[str]]:
 
 def _wait_until_user_known(address: str) -> None:
     """Another node learns of the committed user when it hears the commit (the next
-    prepare or the primary's commit heartbeat); a login there before that is refused.
-    Bounded."""
+    prepare or the primary's commit heartbeat); a login there before that is refused
+    (evicted as unknown, or 58 while the node lags behind what it has heard of). Bounded."""
     deadline = time.monotonic() + USER_KNOWN_TIMEOUT_S
     while True:
         with WireClient(address, timeout_s=30) as client:
@@ -74,6 +74,9 @@ def _wait_until_user_known(address: str) -> None:
                 return
             except wire.SessionEvicted:
                 assert time.monotonic() < deadline, f"{address} does not know the user"
+            except wire.ServerRejected as refused:
+                assert refused.code == IggyErrorCode.TRANSIENT_NOT_ACCEPTED, refused.code
+                assert time.monotonic() < deadline, f"{address} keeps refusing the user"
         time.sleep(0.05)
 
 
