@@ -193,6 +193,11 @@ def test_client_reconnects_with_backoff_while_its_node_is_down(
         node.kill()
         for process in restarted:
             process.kill()
-    assert 3 <= len(dials) <= 15, f"{len(dials)} dials in the outage"
+    # How long the outage lasts depends on how fast the node restarts (the machine's
+    # load), so the bound on the dial count is taken over the first 1.5 s only, when
+    # the node is down for certain: pauses of 20 ms doubling to 500 ms, each jittered
+    # to half of it at least, allow 11 dials there; a busy loop would make hundreds.
+    early = [at for at in dials if at < down_at + 1.5]
+    assert len(dials) >= 3 and len(early) <= 11, f"{len(early)} dials in the first 1.5 s"
     gaps = [b - a for a, b in itertools.pairwise(dials)]
     assert max(gaps) >= 4 * min(gaps), f"the pauses between dials did not grow: {gaps}"
