@@ -432,11 +432,9 @@ class Node:
         durable: DurableState | None,
         checkpoint: bytes | None,
     ) -> GroupHost:
-        inner: StateMachine
-        if ref is None:
-            inner = MetadataMachine()
-        else:
-            inner = PartitionMachine(ref.stream_id, ref.topic_id, ref.partition_id, disk)
+        inner: StateMachine = (
+            MetadataMachine() if ref is None else self._partition_machine(ref, disk)
+        )
         node = self.index
         observer = self.observer
 
@@ -452,6 +450,9 @@ class Node:
         persisted = ref is None or ref.durability is Durability.PERSISTED
         replica = self._make_replica(group, disk, machine, prng, durable, checkpoint, persisted)
         return GroupHost(group, disk, machine, replica)
+
+    def _partition_machine(self, ref: PartitionRef, disk: Disk) -> PartitionMachine:
+        return PartitionMachine(ref.stream_id, ref.topic_id, ref.partition_id, disk)
 
     def _make_replica(
         self,

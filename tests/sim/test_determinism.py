@@ -42,9 +42,13 @@ ROOT = Path(__file__).resolve().parents[2]
 # af702117...: nodes answer requests with the runtime's own handling
 # (``broker.core.handlers``): requests travel as frames (a register as request 0),
 # requests and reads wait for a catch-up or a read barrier instead of being refused at
-# once, and a login of a user the node cannot register is an eviction.
+# once, and a login of a user the node cannot register is an eviction. af702117... ->
+# c15db294...: the seed draws retention (interval, expiry, size cap) and the operator's
+# DELETE_SEGMENTS and PURGE_TOPIC requests; nodes propose retentions and purge
+# truncations, delete retired segments (a crash may stop a deletion between unlinks),
+# and a partition replica behind its peers' retired ops catches up by state transfer.
 BASELINE_SEED = 5
-BASELINE_TRACE_HASH = "af70211707d60d43935d3f29a8761b2f"
+BASELINE_TRACE_HASH = "c15db2947b685051b17eef58d4503cfa"
 
 
 def _trace_of(seed: int, hash_seed: str) -> str:
