@@ -164,10 +164,16 @@ class WriteCheckpoint:
     ``op`` (state transfer jumped over a gap, or the journal holds ops above it), the host
     resets it so that the next append is ``op + 1``. A ``WriteSuperblock`` naming the new
     checkpoint follows in the same step.
+
+    ``journal_restart_op`` (a state transfer where the log is the data): empty the
+    journal whatever it holds, so that its next op is ``journal_restart_op`` (at most
+    ``op + 1``); the replica then appends the committed ops from there up to ``op`` with
+    ``RepairJournal`` before anything else. 0: keep the journal as above.
     """
 
     op: int
     snapshot: bytes
+    journal_restart_op: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -147,6 +147,15 @@ class StateMachine(Protocol):
         """A deterministic encoding of the whole state after the last applied op."""
         ...
 
+    def log_op_min(self) -> int | None:
+        """The oldest op whose record the log must keep beside :meth:`snapshot`, where the
+        log is the data (a partition's messages): the first op holding data the state
+        still serves. None when the state holds everything it serves (the metadata).
+        Never decreases, never above the op after the last applied one. A state transfer
+        carries it, and the receiver backfills the committed records from it up to the
+        snapshot's op from its peers."""
+        ...
+
     def restore(self, snapshot: bytes) -> None:
         """Replace the whole state with one produced by ``snapshot``."""
         ...

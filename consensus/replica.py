@@ -133,8 +133,12 @@ from consensus.messages import (
 )
 from consensus.protocols import DurableState, Log, RequestRejected, StateMachine
 
-_SNAPSHOT_HEADER: Final = struct.Struct("<4sQIQ")  # magic, op, client table size, sm size
-_SNAPSHOT_MAGIC: Final = b"VSS2"  # VSS2: 152-byte prepare headers, VCT3 client tables
+# magic, op, log_op_min, client table size, state machine size
+_SNAPSHOT_HEADER: Final = struct.Struct("<4sQQIQ")
+assert _SNAPSHOT_HEADER.size == 32
+_SNAPSHOT_MAGIC: Final = b"VSS3"  # VSS3: with log_op_min; 152-byte headers, VCT3 tables
+_SNAPSHOT_HEADER_V2: Final = struct.Struct("<4sQIQ")  # magic, op, table size, sm size
+_SNAPSHOT_MAGIC_V2: Final = b"VSS2"  # read only: log_op_min 1 (every op the log holds)
 
 
 _VERDICT_ERRORS: Final = {
@@ -162,32 +166,47 @@ class _StateTransfer:
     data: bytearray = field(default_factory=bytearray)
 
 
-def encode_snapshot(op: int, header: PrepareHeader, table: bytes, state: bytes) -> bytes:
-    """The state after op ``op``: its header (the chain anchor), client table, state machine."""
+def encode_snapshot(
+    op: int, header: PrepareHeader, table: bytes, state: bytes, *, log_op_min: int
+) -> bytes:
+    """The state after op ``op``: its header (the chain anchor), the oldest op whose record
+    the log must keep beside it (``StateMachine.log_op_min``), client table, state machine."""
     assert header.op == op
+    assert 1 <= log_op_min <= op + 1
     return (
-        _SNAPSHOT_HEADER.pack(_SNAPSHOT_MAGIC, op, len(table), len(state))
+        _SNAPSHOT_HEADER.pack(_SNAPSHOT_MAGIC, op, log_op_min, len(table), len(state))
         + header.pack()
         + table
         + state
     )
 
 
-def decode_snapshot(data: bytes) -> tuple[int, PrepareHeader, bytes, bytes]:
-    """Inverse of ``encode_snapshot``; MessageError if the bytes are not a snapshot."""
-    if len(data) < _SNAPSHOT_HEADER.size + PREPARE_HEADER.size:
+def decode_snapshot(data: bytes) -> tuple[int, PrepareHeader, bytes, bytes, int]:
+    """Inverse of ``encode_snapshot``: (op, header, table, state, log_op_min); a VSS2
+    snapshot, which does not say, has log_op_min 1. MessageError if the bytes are not a
+    snapshot."""
+    if len(data) < _SNAPSHOT_HEADER_V2.size + PREPARE_HEADER.size:
         raise MessageError("truncated snapshot")
-    magic, op, table_size, state_size = _SNAPSHOT_HEADER.unpack_from(data, 0)
-    offset = _SNAPSHOT_HEADER.size
+    if data[:4] == _SNAPSHOT_MAGIC_V2:
+        _, op, table_size, state_size = _SNAPSHOT_HEADER_V2.unpack_from(data, 0)
+        log_op_min = 1
+        offset = _SNAPSHOT_HEADER_V2.size
+    else:
+        if len(data) < _SNAPSHOT_HEADER.size + PREPARE_HEADER.size:
+            raise MessageError("truncated snapshot")
+        magic, op, log_op_min, table_size, state_size = _SNAPSHOT_HEADER.unpack_from(data, 0)
+        if magic != _SNAPSHOT_MAGIC or not 1 <= log_op_min <= op + 1:
+            raise MessageError("snapshot magic or log_op_min is wrong")
+        offset = _SNAPSHOT_HEADER.size
     header = unpack_prepare_header(data, offset)
     offset += PREPARE_HEADER.size
-    if magic != _SNAPSHOT_MAGIC or header.op != op:
-        raise MessageError("snapshot magic or op is wrong")
+    if header.op != op:
+        raise MessageError("snapshot op is wrong")
     if len(data) != offset + table_size + state_size:
         raise MessageError("snapshot length is wrong")
     table = data[offset : offset + table_size]
     state = data[offset + table_size :]
-    return op, header, table, state
+    return op, header, table, state, log_op_min
 
 
 class Replica:
@@ -297,6 +316,9 @@ class Replica:
         # The journal on disk ends below the checkpoint (recovery cut committed records):
         # nothing may be appended until the missing committed ops are back (backfill).
         self._backfill_pending = False
+        # Rounds the lowest missing committed record has been asked for in vain.
+        self._backfill_op_last = 0
+        self._backfill_attempts = 0
         self._repair_attempts = 0
         self._state_transfer: _StateTransfer | None = None
         self._snapshot_cache: tuple[int, bytes, bytes] | None = None  # op, bytes, checksum
@@ -385,9 +407,11 @@ class Replica:
         self.view = durable.view
         self.log_view = durable.log_view
         self._view_seen_max = durable.view
+        # The oldest op whose record the state needs from the log (1: every op it holds).
+        log_op_min = 1
         if durable.checkpoint > 0:
             assert checkpoint is not None, "the host must pass the checkpoint snapshot"
-            op, header, table, state = decode_snapshot(checkpoint)
+            op, header, table, state, log_op_min = decode_snapshot(checkpoint)
             assert op == durable.checkpoint
             self._install_snapshot_state(op, header, table, state)
         faulty = list(self._log.faulty_ops())
@@ -431,10 +455,22 @@ class Replica:
         if not self.config.state_transfer:
             # The log is the data: committed records below the checkpoint that recovery
             # found damaged, or cut (the journal ends below the checkpoint), come back
-            # from peers, in op order (``RepairJournal``).
-            self._faulty_committed = [k for k in faulty if k <= self.commit_min]
-            if log_op_max < self.commit_min:
-                self._faulty_committed += range(log_op_max + 1, self.commit_min + 1)
+            # from peers, in op order (``RepairJournal``): those the checkpoint's state
+            # still needs (from its ``log_op_min``; older ones hold only retired data).
+            self._faulty_committed = [k for k in faulty if log_op_min <= k <= self.commit_min]
+            first = max(log_op_max + 1, log_op_min)
+            if first <= self.commit_min:
+                self._faulty_committed += range(first, self.commit_min + 1)
+            if first > log_op_max + 1 and first <= self.commit_min:
+                # The journal ends below the first op the state needs (it was cut, or a
+                # state transfer restarted it and a crash took what was backfilled): the
+                # backfill cannot continue it, so it starts afresh at that op.
+                assert checkpoint is not None
+                self._actions.append(
+                    WriteCheckpoint(
+                        op=self.commit_min, snapshot=checkpoint, journal_restart_op=first
+                    )
+                )
             # Until they are back, nothing is appended: a damaged region that reaches
             # above the checkpoint is cut whole by the truncation above, so the journal
             # may end below the checkpoint even when recovery kept it longer.
@@ -1009,18 +1045,28 @@ class Replica:
                     )
                 )
             interval = self.config.checkpoint_interval_ops
-            if interval is not None and (
-                op % interval == 0
-                or prepare.header.operation in self.config.checkpoint_after_operations
+            # Not while committed records are missing below: the state machine may not
+            # see the data they hold, so its ``log_op_min`` could claim too little.
+            if (
+                interval is not None
+                and (
+                    op % interval == 0
+                    or prepare.header.operation in self.config.checkpoint_after_operations
+                )
+                and not self._faulty_committed
             ):
                 self._checkpoint()
 
     def _snapshot(self) -> bytes:
+        floor = self._state_machine.log_op_min()
+        log_op_min = self.commit_min + 1 if floor is None else floor
+        assert 1 <= log_op_min <= self.commit_min + 1, "log_op_min past the applied state"
         return encode_snapshot(
             self.commit_min,
             self._journal[self.commit_min],
             self.client_table.encode(),
             self._state_machine.snapshot(),
+            log_op_min=log_op_min,
         )
 
     def _checkpoint(self) -> None:
@@ -1138,7 +1184,7 @@ class Replica:
         self.commit_max = max(self.commit_max, message.commit)
 
     def on_prepare_timeout(self) -> None:
-        if not (self.status is Status.NORMAL and self.is_primary):
+        if not (self.status is Status.NORMAL and self.is_primary) or self._backfill_pending:
             return
         # Resend every unacknowledged prepare to each backup that has not acked it.
         for op in range(self.commit_max + 1, self.op + 1):
@@ -1150,7 +1196,10 @@ class Replica:
                     self._send(replica, prepare)
 
     def on_commit_timeout(self) -> None:
-        if self.status is Status.NORMAL and self.is_primary:
+        if self.status is Status.NORMAL and self.is_primary and not self._backfill_pending:
+            # A primary still backfilling committed records cannot append, and only a
+            # primary of the view vouches for repair answers: it goes quiet, so that the
+            # backups start the next view (§4.2) and it backfills as a backup.
             self._broadcast(Commit(self.group, self.replica, self.view, self.commit_max))
 
     def on_normal_timeout(self) -> None:
@@ -1516,10 +1565,11 @@ class Replica:
             self._repair_lo_last = op_min
             self._repair_attempts = 0
         if self._repair_attempts > self.config.repair_attempts_max and op_min <= self.commit_max:
+            # Nobody answers for a committed op: the peers may have retired it (where the
+            # log is the data, a transfer is installed only if so, see on_snapshot_chunk).
             self._repair_attempts = 0
-            if transfer:
-                self._start_state_transfer()
-                return
+            self._start_state_transfer()
+            return
         target = max(self.op, self.commit_max)
         op_max = min(target, op_min + self.config.repair_chunk_max - 1)
         if self.status is Status.NORMAL and not self.is_primary and self._repair_attempts < 2:
@@ -1615,10 +1665,22 @@ class Replica:
         return not self._faulty_committed
 
     def _request_committed_repair(self) -> None:
-        """Ask for the lowest damaged committed record (the journal repairs in op order)."""
+        """Ask for the lowest damaged committed record (the journal repairs in op order);
+        when it has been asked for in vain for ``repair_attempts_max`` rounds, the peers
+        may have retired it since: fetch a snapshot whose ``log_op_min`` is above it."""
         if not self._faulty_committed or self.status is not Status.NORMAL:
             return
         op = self._faulty_committed[0]
+        if op == self._backfill_op_last:
+            self._backfill_attempts += 1
+        else:
+            self._backfill_op_last = op
+            self._backfill_attempts = 0
+        if self._backfill_attempts > self.config.repair_attempts_max:
+            self._backfill_attempts = 0
+            if self._state_transfer is None:
+                self._start_state_transfer()
+            return
         # The primary vouches for its answer; a primary asks a backup and checks the chain.
         peer = self._random_peer() if self.is_primary else self.primary
         self._send(peer, RequestPrepares(self.group, self.replica, self.view, op, op))
@@ -1665,7 +1727,9 @@ class Replica:
         self._send(transfer.peer, RequestSnapshot(self.group, self.replica, self.view, 0, 0))
 
     def on_request_snapshot(self, message: RequestSnapshot) -> None:
-        if self.status is Status.RECOVERING or self.commit_min == 0:
+        if self.status is Status.RECOVERING or self.commit_min == 0 or self._faulty_committed:
+            # A replica missing committed records is no source: where the log is the data,
+            # its state cannot say which records a receiver needs, nor hand them over.
             return
         cache = self._snapshot_cache
         if cache is None or (message.op != cache[0] and cache[0] != self.commit_min):
@@ -1695,7 +1759,9 @@ class Replica:
         transfer = self._state_transfer
         if transfer is None or message.replica != transfer.peer:
             return
-        if message.op <= self.commit_min:
+        # Where the log is the data, a snapshot at our own op may still be installed: its
+        # log_op_min can retire the records we wait for (``_install_retained``).
+        if message.op < self.commit_min + int(self.config.state_transfer):
             self._state_transfer = None  # we caught up some other way
             return
         if message.op != transfer.op:
@@ -1722,16 +1788,53 @@ class Replica:
         if checksum(snapshot) != transfer.snapshot_checksum:
             return
         try:
-            op, header, table, state = decode_snapshot(snapshot)
+            op, header, table, state, log_op_min = decode_snapshot(snapshot)
         except MessageError:
             return
-        if op != transfer.op or op <= self.commit_min:
+        if op != transfer.op or op < self.commit_min:
+            return
+        if not self.config.state_transfer:
+            self._install_retained(op, header, table, state, log_op_min, snapshot)
+            return
+        if op == self.commit_min:
             return
         if self.journal_op > op:
             self._truncate_journal(max(op, self.commit_min))
         self._install_snapshot_state(op, header, table, state)
         self._actions.append(WriteCheckpoint(op=op, snapshot=snapshot))
         self._write_superblock()
+
+    def _install_retained(
+        self,
+        op: int,
+        header: PrepareHeader,
+        table: bytes,
+        state: bytes,
+        log_op_min: int,
+        snapshot: bytes,
+    ) -> None:
+        """Where the log is the data: jump to the snapshot only when the peers retired a
+        committed record this replica still needs (the snapshot's state no longer needs
+        it), and then backfill, from peers, every committed record from the snapshot's
+        ``log_op_min`` up to its op, into a journal restarted there, before appending
+        anything (the records the state still serves: a partition's retained messages).
+        Otherwise the peer still holds what is needed, and repair goes on."""
+        needed = self._faulty_committed[0] if self._faulty_committed else self.commit_min + 1
+        if log_op_min <= needed:
+            self._repair_attempts = 0
+            self._backfill_attempts = 0
+            return
+        assert op >= self.commit_min and log_op_min <= op + 1
+        self._install_snapshot_state(op, header, table, state)
+        self._faulty_committed = list(range(log_op_min, op + 1))
+        self._backfill_pending = bool(self._faulty_committed)
+        self._backfill_op_last = 0
+        self._backfill_attempts = 0
+        self._actions.append(
+            WriteCheckpoint(op=op, snapshot=snapshot, journal_restart_op=log_op_min)
+        )
+        self._write_superblock()
+        self._request_committed_repair()
 
     def _install_snapshot_state(
         self, op: int, header: PrepareHeader, table: bytes, state: bytes

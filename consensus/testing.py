@@ -29,7 +29,7 @@ REJECTED_BODY: Final = b"reject me"
 REJECTED_STATUS: Final = 4022
 
 _APPLIED: Final = struct.Struct("<Q16sQQ16s")  # op, client_id, session, request, body checksum
-_LEDGER_HEADER: Final = struct.Struct("<4sI16s")  # magic, count, state digest
+_LEDGER_HEADER: Final = struct.Struct("<4sI16sQ")  # magic, count, digest, retained from (0: all)
 
 
 @dataclass(slots=True)
@@ -77,13 +77,27 @@ class MemoryLog:
     def sync(self) -> None:
         self.synced_op = self.op_max()
 
-    def checkpoint(self, op: int) -> None:
-        """Ops up to ``op`` are in a snapshot; restart the journal after it if it is behind."""
-        if self.op_max() < op:
+    def checkpoint(self, op: int, journal_restart_op: int = 0) -> None:
+        """Ops up to ``op`` are in a snapshot; restart the journal after it if it is behind,
+        or empty at ``journal_restart_op`` when given (``WriteCheckpoint``)."""
+        if journal_restart_op:
+            assert journal_restart_op <= op + 1
+            self.base = journal_restart_op - 1
+            self.prepares = []
+            self.synced_op = self.base
+            self.faulty = []
+        elif self.op_max() < op:
             self.base = op
             self.prepares = []
             self.synced_op = op
             self.faulty = []
+
+    def retain(self, op: int) -> None:
+        """Drop the records below ``op`` (retention deleted them): reads of them fail."""
+        drop = min(max(0, op - 1 - self.base), len(self.prepares))
+        del self.prepares[:drop]
+        self.base += drop
+        self.faulty = [k for k in self.faulty if k > self.base]
 
     def repair(self, prepare: Prepare) -> None:
         """A ``RepairJournal``: rewrite a damaged record, or append the head's next op."""
@@ -131,6 +145,8 @@ class LedgerStateMachine:
     def __init__(self) -> None:
         self.applied: list[Applied] = []
         self.digest = bytes(16)
+        #: The first op whose record the log must keep (None: the ledger holds all).
+        self.retained_from: int | None = None
 
     def prepare(
         self, op: int, operation: int, body: bytes, timestamp_us: int, frontier: int
@@ -153,14 +169,27 @@ class LedgerStateMachine:
         self.digest = checksum(self.digest + _pack(entry))
         return b"reply:" + self.digest
 
+    def log_op_min(self) -> int | None:
+        """Where the ledger's log is its data, the first op it still serves; None: it
+        holds everything (``retain_from`` moves it)."""
+        return self.retained_from
+
+    def retain_from(self, op: int) -> None:
+        """From now on the ledger needs the log's records from ``op`` on only (as a
+        partition after a retention); ops it applies later keep it."""
+        assert self.applied and op <= self.applied[-1].op + 1
+        assert self.retained_from is None or op >= self.retained_from
+        self.retained_from = op
+
     def snapshot(self) -> bytes:
-        return _LEDGER_HEADER.pack(b"LSM1", len(self.applied), self.digest) + b"".join(
-            _pack(entry) for entry in self.applied
+        header = _LEDGER_HEADER.pack(
+            b"LSM2", len(self.applied), self.digest, self.retained_from or 0
         )
+        return header + b"".join(_pack(entry) for entry in self.applied)
 
     def restore(self, snapshot: bytes) -> None:
-        magic, count, digest = _LEDGER_HEADER.unpack_from(snapshot, 0)
-        assert magic == b"LSM1"
+        magic, count, digest, retained_from = _LEDGER_HEADER.unpack_from(snapshot, 0)
+        assert magic == b"LSM2"
         applied = []
         offset = _LEDGER_HEADER.size
         for _ in range(count):
@@ -170,6 +199,7 @@ class LedgerStateMachine:
         assert offset == len(snapshot)
         self.applied = applied
         self.digest = digest
+        self.retained_from = retained_from or None
 
 
 def _pack(entry: Applied) -> bytes:

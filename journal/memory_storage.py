@@ -23,7 +23,8 @@ unsynced writes are lost. The directory works the same way: the namespace falls 
 the one of the last ``sync_directory()``, so files created since vanish and files removed
 since come back. Handles opened before a crash are dead afterwards. ``corrupt()`` flips
 bytes of the current contents (a latent media error), ``fail_next()`` makes the next
-matching read, write or sync raise ``OSError(EIO)``.
+matching read, write, sync or remove raise ``OSError(EIO)`` (a failed remove leaves the
+file: a simulator stops a deletion between two unlinks with it).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from journal.storage_api import Buffer, WritableBuffer, check_name, nbytes
 
 __all__ = ["FaultKind", "MemoryStorage"]
 
-FaultKind = Literal["read", "write", "sync"]
+FaultKind = Literal["read", "write", "sync", "remove"]
 
 
 @dataclass(slots=True)
@@ -239,6 +240,7 @@ class MemoryStorage:
         check_name(name)
         if name not in self._files:
             raise FileNotFoundError(errno.ENOENT, "no such file", name)
+        self.maybe_fail("remove", name)
         del self._files[name]
 
     def rename(self, source: str, target: str) -> None:

@@ -53,6 +53,19 @@ Properties (Jepsen's names in brackets, ``reference/vsr.md`` §4.2):
    have acknowledged anything (``broker.core.reads``).
 13. ``converged`` (at the end): after healing, every replica of every group that still
    exists holds every op ever committed [lost-write of a whole committed suffix].
+14. ``retained-start``: every replica of a partition agrees on its retained start after
+   each op it applies: the one the reference model computes from the committed log
+   (purges move it to the head, retentions and DELETE_SEGMENTS to their offset, never
+   back).
+15. ``retained``: nothing at or above the retained start is lost: after a replica deleted
+   retired journal segments, its journal still holds the committed send that holds the
+   retained start and everything after it (while its log is whole; a replica backfilling
+   committed records refuses polls); and a poll from below the retained start returns
+   messages from exactly the retained start of the op the serving replica applied
+   [poll-skip].
+16. ``deleted-read``: a poll never returns a message below the retained start of the op
+   the serving replica had applied: once a replica applied a deletion, the deleted
+   messages are never served by it again.
 
 Liveness (every pending request finishes in the healed phase) is judged by the world,
 which knows the phases; it raises :class:`CheckFailed` with kind ``liveness``.
@@ -69,10 +82,12 @@ from broker.core.commands import POLL_RESYNC_PARTITION
 from broker.core.reconcile import METADATA_GROUP
 from broker.state.errors import ErrorCode
 from broker.state.metadata import ConsumerGroupInfo
+from broker.state.partition_machine import PartitionMachine
 from consensus.messages import Prepare
 from consensus.replica import Replica, Status
 from sdk import wire
 from sim.client import READS, Client, Kind, Pending
+from sim.disk import Disk
 from sim.model import MetadataModel, PartitionModel
 from sim.network import ClientReply
 
@@ -189,6 +204,10 @@ class Checkers:
     handoffs: int = 0
     messages_polled: int = 0
     poll_gaps: int = 0
+    #: Polls that started at a retained start above the asked offset (retention, purge).
+    polls_past_retained: int = 0
+    retained_starts_checked: int = 0
+    deletions_checked: int = 0
     #: Fail on every poll skip, even one explained by a replica's retained start.
     strict_polls: bool = True
 
@@ -212,6 +231,42 @@ class Checkers:
 
     def on_restore(self, node: int, group: int) -> None:
         self._last_applied[(node, group)] = None  # a snapshot jumps forward
+
+    def on_retained_start(self, node: int, group: int, op: int, retained_start: int) -> None:
+        """``node`` applied ``op`` of partition group ``group`` and now retains from
+        ``retained_start``."""
+        if self.modelled.get(group, 0) < op:
+            return  # not fed that far (cannot happen: a replica applied it first)
+        expected = self.partition_model(group).retained_start_at(op)
+        if retained_start != expected:
+            raise CheckFailed(
+                "correctness",
+                "retained-start",
+                f"node {node} group {group} retains from offset {retained_start} after op "
+                f"{op}; the committed log says {expected}",
+            )
+        self.retained_starts_checked += 1
+
+    def on_retained_files(
+        self, node: int, group: int, replica: Replica, disk: Disk, machine: PartitionMachine
+    ) -> None:
+        """``node`` deleted retired segments of ``group``: what is retained is still there."""
+        del machine  # judged against the model, not the machine's own idea of its floor
+        if not replica.log_whole or self.modelled.get(group, 0) < replica.commit_min:
+            return
+        model = self.partition_model(group)
+        needed = model.op_holding(model.retained_start_at(replica.commit_min))
+        self.deletions_checked += 1
+        if needed is None or needed > replica.commit_min:
+            return
+        if disk.read(needed) is None:
+            raise CheckFailed(
+                "correctness",
+                "retained",
+                f"node {node} group {group} deleted op {needed}, which holds retained "
+                f"messages (retained start {model.retained_start_at(replica.commit_min)} "
+                f"at op {replica.commit_min}; the journal starts at op {disk.journal.op_min})",
+            )
 
     def on_apply(self, node: int, group: int, prepare: Prepare, reply: bytes) -> None:
         op = prepare.op
@@ -412,6 +467,8 @@ class Checkers:
         if pending.kind in READS:
             self._check_poll(client, pending, reply)
             return
+        if pending.kind is Kind.DELETE_SEGMENTS and reply.op == 0:
+            return  # nothing sealed to delete: answered without a proposal, as Iggy's
         group = reply.group
         self._acked.setdefault(group, _AckTimeline()).add(pending.replied_tick, reply.op)
         known = self.committed.get(group, {}).get(reply.op)
@@ -511,25 +568,38 @@ class Checkers:
                 raise CheckFailed("correctness", "poll", "a resync reply carries messages")
             self.resyncs += 1
             return
-        start = pending.position
+        # A poll below the retained start of the op the serving replica applied starts at
+        # that retained start, as Iggy's does; nothing below it is served (``deleted-read``)
+        # and nothing from it on is skipped (``retained``).
+        retained_start = model.retained_start_at(reply.read_op)
+        start = max(pending.position, retained_start)
+        if messages and messages[0].offset < retained_start:
+            raise CheckFailed(
+                "correctness",
+                "deleted-read",
+                f"client {client.index} polled partition {pending.partition} from "
+                f"{pending.position} on node {pending.replied_by} at op {reply.read_op} and "
+                f"got offset {messages[0].offset}, below the retained start {retained_start}",
+            )
         if messages and messages[0].offset != start:
             first = messages[0].offset
-            # A replica that restored a snapshot (state transfer), or whose recovery found
-            # committed records below its checkpoint damaged, no longer holds the messages
-            # before its retained start and skips forward to it. That is a known gap of
-            # the design (reported, counted as ``poll_gaps``), not an arbitrary skip: the
-            # skip must land exactly on the serving replica's retained start.
+            # A replica whose recovery found committed records below its checkpoint damaged
+            # used to skip forward to its retained start; now it refuses polls until the
+            # records are back. ``--lenient-polls`` counts such a skip instead.
             explained = start < first == reply.first_offset
             if self.strict_polls or not explained:
                 raise CheckFailed(
                     "correctness",
-                    "poll",
+                    "retained" if start == retained_start > pending.position else "poll",
                     f"client {client.index} polled partition {pending.partition} from "
-                    f"{start} on node {pending.replied_by} and got offset {first} first "
-                    f"(the replica retains from {reply.first_offset}): poll-skip",
+                    f"{pending.position} on node {pending.replied_by} and got offset {first} "
+                    f"first, not {start} (the replica retains from {reply.first_offset}, the "
+                    f"log from {retained_start} at op {reply.read_op}): poll-skip",
                 )
             self.poll_gaps += 1
             start = first
+        if start > pending.position and messages:
+            self.polls_past_retained += 1
         for index, message in enumerate(messages):
             expected_offset = start + index
             if message.offset != expected_offset:

@@ -103,8 +103,13 @@ class Kind(enum.Enum):
     DELETE_PARTITION = "delete_partition"
     DELETE_TOPIC = "delete_topic"
     LOGOUT = "logout"
+    DELETE_SEGMENTS = "delete_segments"
+    PURGE_TOPIC = "purge_topic"
 
 
+#: The operator's data lifecycle requests on the workload topic, a few seconds apart.
+LIFECYCLE: Final = (Kind.DELETE_SEGMENTS, Kind.PURGE_TOPIC)
+LIFECYCLE_PAUSE_TICKS: Final = (100, 400)
 #: Kinds answered from committed local state, not through consensus.
 READS: Final = (Kind.POLL, Kind.READ_BACK, Kind.POLL_DELETED, Kind.OFFSET_READ)
 #: The operator's topic churn (with its sends to the churned topic's partitions).
@@ -117,6 +122,7 @@ CHURN: Final = (
 )
 TRANSIENT: Final = int(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)
 UNAUTHENTICATED: Final = int(IggyErrorCode.UNAUTHENTICATED)
+INVALID_OFFSET: Final = int(IggyErrorCode.INVALID_OFFSET)
 
 
 @dataclass(slots=True)
@@ -211,6 +217,8 @@ class Client:
     churn_round: int = 0
     churn_topic: int = -1
     churn_via: tuple[int, int] = (-1, -1)
+    #: The operator's DELETE_SEGMENTS and PURGE_TOPIC requests still to make.
+    lifecycle_left: int = 0
     #: Which node answered a replicated request of each group last: the likely primary.
     primary_hint: dict[tuple[int, int], int] = field(default_factory=dict)
     outbox: list[tuple[int, ClientRequest]] = field(default_factory=list)
@@ -231,6 +239,7 @@ class Client:
         if self.role is Role.OPERATOR:
             self.step = 0
             self.churns_left = self.options.workload.topic_churns
+            self.lifecycle_left = self.options.workload.lifecycle_ops
         else:
             self.step = 3  # everyone but the operator starts with a login
 
@@ -339,6 +348,8 @@ class Client:
             return self._consume()
         if self.churns_left > 0:
             return self._churn()
+        if self.lifecycle_left > 0:
+            return self._lifecycle()
         return None
 
     def _bootstrap(self) -> Pending:
@@ -464,6 +475,23 @@ class Client:
             0,
             via=self.churn_via,
             topic=self.churn_topic,
+        )
+
+    def _lifecycle(self) -> Pending:
+        """Delete the oldest sealed segments of a partition of the workload topic, or now
+        and then purge the whole topic, while producers and consumers go on."""
+        stream = wire.Identifier.numeric(STREAM_ID)
+        topic = wire.Identifier.numeric(TOPIC_ID)
+        if self.prng.random() < 0.3:
+            payload = wire.TopicRef(stream, topic).encode()
+            request = self._request(CommandCode.PURGE_TOPIC, payload)
+            return Pending(Kind.PURGE_TOPIC, METADATA_ROUTE, request, 0, topic=TOPIC_ID)
+        partition = self.prng.randrange(self.options.partition_count)
+        count = self.prng.randint(1, 3)
+        payload = wire.DeleteSegments(stream, topic, partition, count).encode()
+        request = self._request(CommandCode.DELETE_SEGMENTS, payload)
+        return Pending(
+            Kind.DELETE_SEGMENTS, METADATA_ROUTE, request, 0, partition=partition, topic=TOPIC_ID
         )
 
     def _churn_next(self, pending: Pending, reply: ClientReply) -> None:
@@ -671,6 +699,14 @@ class Client:
                 self.outbox.append((node, self.login))  # join the session there
             pending.retry_tick = tick + BACKOFF_TICKS
             return
+        if pending.kind is Kind.STORE_OFFSET and reply.op == 0 and reply.status == INVALID_OFFSET:
+            # Refused at prepare: the offset is below the partition's retained start now
+            # (a purge or retention moved it past this consumer). Not retried: it never
+            # entered the log, and the consumer's next poll starts past it.
+            self.pending = None
+            self.completed += 1
+            self.ready_tick = tick + self.prng.randint(0, THINK_TICKS_MAX)
+            return
         if reply.op == 0 and reply.status != 0 and pending.kind not in READS:
             # Refused before it entered the log (a lagging node, no topic yet): same
             # request again after a pause, so it is never applied twice, to the primary
@@ -694,6 +730,9 @@ class Client:
         self.pending = None
         self.completed += 1
         self.ready_tick = tick + self.prng.randint(0, THINK_TICKS_MAX)
+        if pending.kind in LIFECYCLE:
+            self.lifecycle_left -= 1
+            self.ready_tick = tick + self.prng.randint(*LIFECYCLE_PAUSE_TICKS)
 
     def _advance(self, tick: int, pending: Pending, reply: ClientReply) -> None:
         del tick

@@ -28,6 +28,7 @@ superblock and the checkpoint file, and building a new ``Replica`` from them.
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Sequence
 from typing import Final
@@ -53,6 +54,7 @@ from journal import (
     RecordFaulty,
     Superblock,
 )
+from journal.segment import INDEX_SUFFIX, LOG_SUFFIX
 
 CHECKPOINT_NAME: Final = "checkpoint"
 CHECKPOINT_TEMPORARY_NAME: Final = "checkpoint.tmp"
@@ -122,12 +124,41 @@ class Disk:
             # appends the committed ops it lost from a peer (RepairJournal) first.
             self.journal.truncate(self.journal.op_min - 1)
 
+    def seal_if_retired(self, op: int) -> None:
+        """Seal the open segment when every record it holds is below ``op`` (a purge
+        retired them all), so that ``retain`` may delete it later, as the runtime's store."""
+        if op > self.journal.op_head > 0:
+            self.journal.roll()
+
+    def retain(self, op: int) -> int:
+        """Delete the whole sealed segments below ``op`` (``Journal.retain``: the new start
+        recorded first, the directory synced once); how many went."""
+        return len(self.journal.retain(op))
+
+    def crash_in_retain(self, op: int, prng: random.Random) -> bool:
+        """Start ``retain(op)`` and let the process die after a drawn number of its
+        unlinks (none to all but the last): the journal is left as a crash leaves it, to
+        be recovered at restart. Whether a deletion was under way."""
+        segments = self.journal.segments()
+        gone = [s for s in segments[:-1] if s.op_last < min(op, self.journal.op_durable)]
+        if not gone:
+            return False
+        suffixes = (LOG_SUFFIX, INDEX_SUFFIX)
+        names = [segment.name + suffix for segment in gone for suffix in suffixes]
+        self.storage.fail_next("remove", names[prng.randrange(len(names))])
+        # The process is gone at the failed unlink: nothing after it runs.
+        with contextlib.suppress(OSError):
+            self.journal.retain(op)
+        return True
+
     def write_superblock(self, state: DurableState) -> None:
         self.superblock.write(superblock_state(state))
 
-    def write_checkpoint(self, op: int, snapshot: bytes) -> None:
+    def write_checkpoint(self, op: int, snapshot: bytes, journal_restart_op: int = 0) -> None:
         """Persist the snapshot (write, sync, rename, sync the directory), then make the
-        journal continue at ``op + 1`` if it ends below ``op``.
+        journal continue at ``op + 1`` if it ends below ``op``, or empty it whatever it
+        holds when ``journal_restart_op`` is given (a state transfer where the log is the
+        data: the replica backfills it from that op).
 
         The journal is synced first: the superblock that names this checkpoint must never
         be durable while ops up to it are not, or a power loss would leave a journal that
@@ -148,11 +179,15 @@ class Disk:
         self.storage.rename(CHECKPOINT_TEMPORARY_NAME, CHECKPOINT_NAME)
         self.storage.sync_directory()
         head = self.journal.op_head
-        if 0 < head < op:
+        if journal_restart_op and head > 0:
+            # An empty journal accepts any first op: the backfill's.
+            self.journal.truncate(self.journal.op_min - 1)
+        elif 0 < head < op:
             # State transfer jumped over a gap: the old ops can never be continued, and an
             # empty journal accepts any first op.
             self.journal.truncate(self.journal.op_min - 1)
         assert self.journal.op_head == 0 or self.journal.op_head >= op
+        assert not journal_restart_op or self.journal.op_head == 0
 
     # Restart -----------------------------------------------------------------------------
 

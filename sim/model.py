@@ -24,6 +24,7 @@ inconsistent-offsets and duplicate) and answers consumer-offset stores.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 import cbor2
@@ -44,6 +45,7 @@ from broker.state.metadata import (
     JoinConsumerGroup,
     LeaveConsumerGroup,
     Logout,
+    PurgeTopic,
     Register,
 )
 from consensus.messages import Prepare
@@ -85,6 +87,8 @@ class MetadataModel:
         self.stream_next = 0
         self.topics_created = 0
         self.topics_deleted = 0
+        #: PURGE_TOPIC commands committed.
+        self.purges = 0
         #: Every session a register opened (its op): its client id.
         self.session_client: dict[int, int] = {}
         #: The live session of each client id.
@@ -237,6 +241,13 @@ class MetadataModel:
                 else:
                     del parent.partitions[len(parent.partitions) - command.count :]
             return problem
+        if isinstance(command, PurgeTopic):
+            owner = self._stream(command.stream)
+            parent = self._topic(owner, command.topic) if owner is not None else None
+            problem = _expect(parent is not None, reply, f"purge topic {command.topic!r}")
+            if problem is None and parent is not None:
+                self.purges += 1
+            return problem
         if isinstance(command, CreateConsumerGroup):
             owner = self._stream(command.stream)
             parent = self._topic(owner, command.topic) if owner is not None else None
@@ -274,13 +285,44 @@ def _expect(expect_ok: bool, reply: bytes, what: str) -> str | None:
 
 
 class PartitionModel:
-    """Message ids by offset and the consumer-offset rule of one partition."""
+    """Message ids by offset, the retained start and the consumer-offset rule of one
+    partition."""
 
     def __init__(self) -> None:
         self.message_ids: list[int] = []
         self.offset_of: dict[int, int] = {}
         #: op -> (base offset, message count) of every committed send.
         self.sends: dict[int, tuple[int, int]] = {}
+        #: The retained start after each op that moved it, ascending: (op, offset). A purge
+        #: moves it to the head, a retention to its offset (never back, never past the
+        #: head); offsets keep counting either way.
+        self.retained: list[tuple[int, int]] = [(0, 0)]
+        #: Base offsets and ops of the committed sends, ascending (both).
+        self._send_bases: list[int] = []
+        self._send_ops: list[int] = []
+        self.purge_generation = 0
+        self.retentions = 0
+        self.purges = 0
+
+    @property
+    def retained_start(self) -> int:
+        """The retained start after the last op fed."""
+        return self.retained[-1][1]
+
+    def retained_start_at(self, op: int) -> int:
+        """The retained start after op ``op`` was applied (ops fed so far)."""
+        slot = bisect.bisect_right(self.retained, (op, 1 << 64)) - 1
+        return self.retained[slot][1]
+
+    def op_holding(self, offset: int) -> int | None:
+        """The op of the committed send that holds message ``offset``, or of the first
+        one after it; None when no send holds a message at or above ``offset``."""
+        slot = max(0, bisect.bisect_right(self._send_bases, offset) - 1)
+        if slot < len(self._send_ops):
+            base, count = self.sends[self._send_ops[slot]]
+            if base + count <= offset:
+                slot += 1
+        return self._send_ops[slot] if slot < len(self._send_ops) else None
 
     def apply(self, prepare: Prepare, reply: bytes) -> str | None:
         header = prepare.header
@@ -303,18 +345,41 @@ class PartitionModel:
                 self.offset_of[message.id] = message.offset
                 self.message_ids.append(message.id)
             self.sends[header.op] = (base, len(messages))
+            self._send_bases.append(base)
+            self._send_ops.append(header.op)
             confirmations = wire.SendMessagesReply.decode(reply).confirmations
             if len(confirmations) != 1 or confirmations[0].base_offset != base:
                 return f"send at op {header.op} answered {confirmations}, base offset is {base}"
             return None
+        # A control body: canonical CBOR [head next offset, head timestamp, ...], the head
+        # being the log position it was prepared at.
+        items = cbor2.loads(prepare.body)
+        if items[0] != len(self.message_ids):
+            return f"inconsistent offsets: op {header.op} prepared at {items[0]}"
         if header.operation == Operation.STORE_CONSUMER_OFFSET:
-            # A control body: canonical CBOR [head next offset, head timestamp, kind, id,
-            # offset, user], the head being the log position it was prepared at. The
-            # simulated clients store a few consumer ids each, far below the quota.
-            items = cbor2.loads(prepare.body)
-            head_next_offset, offset = items[0], items[4]
-            if head_next_offset != len(self.message_ids):
-                return f"inconsistent offsets: op {header.op} prepared at {head_next_offset}"
-            expect_ok = offset < len(self.message_ids)
+            # [..., kind, id, offset, user]. The simulated clients store a few consumer ids
+            # each, far below the quota.
+            offset = items[4]
+            expect_ok = self.retained_start <= offset < len(self.message_ids)
             return _expect(expect_ok, reply, f"store offset {offset}")
+        if header.operation == Operation.TRUNCATE_PARTITION:
+            # [..., "retain", offset] (retention, DELETE_SEGMENTS) or [..., generation]
+            # (a purge the metadata group ordered).
+            head = len(self.message_ids)
+            if len(items) == 4:
+                start = max(self.retained_start, min(items[3], head))
+                self.retentions += 1
+            else:
+                generation = items[2]
+                start = self.retained_start
+                if generation > self.purge_generation:
+                    self.purge_generation = generation
+                    start = head
+                    self.purges += 1
+            if start != self.retained_start:
+                self.retained.append((header.op, start))
+            # A truncation's reply carries nothing (its proposer only needs the commit).
+            if reply != b"":
+                return f"truncation at op {header.op} answered {reply[:12]!r}"
+            return None
         return f"the model does not know partition operation {header.operation}"

@@ -92,8 +92,10 @@ from broker.core.handlers import Group as CoreGroup
 from broker.core.identity import internal_checksum
 from broker.core.liveness import Revocations, ServedPolls
 from broker.core.long_polls import LongPolls, Refusal, Woken
+from broker.core.maintenance import PurgesDue, PurgeView, RetentionsDue, RetentionView
 from broker.core.reads import READ_WAIT_US, ReadIndexRound, read_index_answer, readable
 from broker.core.reconcile import METADATA_GROUP, reconcile
+from broker.core.retention import retention_due, topic_limits
 from broker.core.sessions import (
     MetadataView,
     session_to_end,
@@ -103,6 +105,8 @@ from broker.state.codec import encode_command
 from broker.state.credentials import hash_password, verify_password
 from broker.state.errors import ErrorCode, StateError
 from broker.state.metadata import (
+    EXPIRY_NEVER,
+    SIZE_UNLIMITED,
     ConsumerGroupInfo,
     Durability,
     EndSession,
@@ -115,7 +119,12 @@ from broker.state.metadata import (
 )
 from broker.state.metadata_machine import MetadataMachine, PartitionStats
 from broker.state.partition import ConsumerKey, ConsumerKind
-from broker.state.partition_machine import CHECKPOINT_AFTER_OPERATIONS, PartitionMachine
+from broker.state.partition_machine import (
+    CHECKPOINT_AFTER_OPERATIONS,
+    PartitionMachine,
+    purge_body,
+    retain_body,
+)
 from broker.state.routing import PartitionRoute
 from consensus.config import ReplicaConfig
 from consensus.events import (
@@ -181,6 +190,12 @@ class Observer(Protocol):
 
     def on_restore(self, node: int, group: int) -> None: ...
 
+    def on_retained_start(self, node: int, group: int, op: int, retained_start: int) -> None: ...
+
+    def on_retained_files(
+        self, node: int, group: int, replica: Replica, disk: Disk, machine: PartitionMachine
+    ) -> None: ...
+
     def on_step(self, node: int, group: int, replica: Replica) -> None: ...
 
     def on_hosted(
@@ -227,6 +242,9 @@ class _Observed:
         self.inner.restore(snapshot)
         self._on_restore()
 
+    def log_op_min(self) -> int | None:
+        return self.inner.log_op_min()
+
 
 @dataclass(slots=True)
 class GroupHost:
@@ -243,6 +261,11 @@ class GroupHost:
     ticks_owed: int = 0
     #: Its client requests, as the runtime's group host keeps them (``broker.core.groups``).
     requests: GroupRequests = field(default_factory=GroupRequests)
+    #: A partition group's deletion of retired journal segments, due at this tick (it
+    #: runs beside the replica, as the runtime's in a worker thread); None: none due.
+    retain_tick: int | None = None
+    #: The retained start the host last sealed the open segment for (a purge).
+    retained_start_seen: int = 0
 
     # What a request's flow reads of it (``broker.core.handlers.Group``), as of the
     # runtime's group host.
@@ -269,6 +292,17 @@ class GroupHost:
         return machine if isinstance(machine, PartitionMachine) else None
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionCall:
+    """A request of the node's own to a partition group, which its primary proposes:
+    the truncation a committed purge orders, or a retention (``broker.core.maintenance``)."""
+
+    group: int
+    #: A ``TRUNCATE_PARTITION`` body: ``purge_body`` or ``retain_body``.
+    body: bytes
+    purge: bool
+
+
 @dataclass(slots=True)
 class SystemQueue:
     """The node's own client (``broker.core.system``, as the runtime's) with the commands
@@ -276,8 +310,9 @@ class SystemQueue:
     from the node's stream of that incarnation."""
 
     client: SystemClient
-    #: The commands still to run, in the order they were asked for.
-    queue: deque[MetadataCommand] = field(default_factory=deque)
+    #: The commands still to run, in the order they were asked for: metadata commands,
+    #: and the node's own partition requests (a purge's truncation, a retention).
+    queue: deque[MetadataCommand | PartitionCall] = field(default_factory=deque)
     #: The submission in flight, if any; its command stays first in ``queue``.
     busy: bool = False
     attempts: int = 0
@@ -363,6 +398,17 @@ class Node:
         #: in flight (``broker.core.liveness``): gone with the process, as the runtime's.
         self._served = ServedPolls()
         self._revocations = self._revocations_due()
+        #: When the node's own partition requests are due (``broker.core.maintenance``),
+        #: as the runtime's maintenance pass keeps them: new with every process.
+        self._purges = PurgesDue()
+        self._retentions = RetentionsDue(options.workload.retention_interval_ticks * TICK_US)
+        #: When a deletion of retired segments completes, and where a crash stops one.
+        self._retain_prng = stream(options.seed, f"disk.retention.{index}")
+        #: Retentions this node proposed as a primary, segments it deleted, and deletions
+        #: a crash stopped between two unlinks (every incarnation).
+        self.retentions_proposed = 0
+        self.segments_deleted = 0
+        self.deletions_crashed = 0
         #: Connections clients closed while this node ran (every incarnation).
         self.connections_closed = 0
         #: Requests this node forwarded to another node's primary (every incarnation).
@@ -414,23 +460,27 @@ class Node:
         durable: DurableState | None,
         checkpoint: bytes | None,
     ) -> GroupHost:
-        inner: StateMachine
-        if ref is None:
-            inner = MetadataMachine()
-        else:
-            inner = PartitionMachine(ref.stream_id, ref.topic_id, ref.partition_id, disk)
-        node = self.index
-        machine = _Observed(
-            inner,
-            lambda prepare, reply: self.observer.on_apply(node, group, prepare, reply),
-            lambda: self.observer.on_restore(node, group),
+        inner: StateMachine = (
+            MetadataMachine() if ref is None else self._partition_machine(ref, disk)
         )
+        node = self.index
+        observer = self.observer
+
+        def applied(prepare: Prepare, reply: bytes) -> None:
+            observer.on_apply(node, group, prepare, reply)
+            if isinstance(inner, PartitionMachine):
+                observer.on_retained_start(node, group, prepare.op, inner.state.retained_start)
+
+        machine = _Observed(inner, applied, lambda: observer.on_restore(node, group))
         prng = stream(self.options.seed, f"replica.{node}.{group}.{self.incarnation}")
         # The metadata group is small and rarely written: it always acks synced ops. A
         # partition group uses its topic's durability.
         persisted = ref is None or ref.durability is Durability.PERSISTED
         replica = self._make_replica(group, disk, machine, prng, durable, checkpoint, persisted)
         return GroupHost(group, disk, machine, replica)
+
+    def _partition_machine(self, ref: PartitionRef, disk: Disk) -> PartitionMachine:
+        return PartitionMachine(ref.stream_id, ref.topic_id, ref.partition_id, disk)
 
     def _make_replica(
         self,
@@ -485,6 +535,9 @@ class Node:
         self.forwards = Forwards()
         for host in self.groups.values():
             host.io = []
+            if host.retain_tick is not None:
+                self._crash_in_deletion(host)
+                host.retain_tick = None
         if power_loss:
             for disk in self.disks.values():
                 disk.power_loss()
@@ -498,6 +551,8 @@ class Node:
         self.system = self._system_client()
         self._served = ServedPolls()
         self._revocations = self._revocations_due()
+        self._purges = PurgesDue()
+        self._retentions = RetentionsDue(self.options.workload.retention_interval_ticks * TICK_US)
         self._prng = stream(self.options.seed, f"node.{self.index}.{self.incarnation}")
         self._recovered = {group: disk.reopen() for group, disk in self.disks.items()}
         durable, checkpoint = self._recovered.pop(METADATA_GROUP)
@@ -524,6 +579,8 @@ class Node:
         for group, ref in change.add:
             self._add_group(tick, group, ref)
         self._refs.update(change.refs)
+        for group in change.purge_due:
+            self._purges.watch(group)
         hosted = tuple(group for group in self.groups if group != METADATA_GROUP)
         self.observer.on_hosted(self.index, self._reconciled_op, hosted, self.tombstones)
         try:
@@ -671,6 +728,7 @@ class Node:
         self._check_waits(tick)
         self._resume_ready()
         self._move_revoked()
+        self._maintain(tick)
         self._run_system(tick)
         if not self.options.lazy_ticks:
             for host in self._hosts():
@@ -711,8 +769,13 @@ class Node:
         return list(self.groups.values())
 
     def complete_io(self, tick: int) -> None:
-        """Report every disk completion due by ``tick``, group by group, in order."""
+        """Report every disk completion due by ``tick``, group by group, in order; run
+        the deletions of retired segments due by then."""
         for host in self._hosts():
+            if host.retain_tick is not None and host.retain_tick <= tick:
+                host.retain_tick = None
+                if self.groups.get(host.group) is host:
+                    self._delete_retired(host)
             while host.io and host.io[0][0] <= tick and self.groups.get(host.group) is host:
                 assert self.alive
                 _, event = host.io.pop(0)
@@ -753,7 +816,56 @@ class Node:
                 disk.repair(action.prepare)
             else:
                 assert isinstance(action, WriteCheckpoint)
-                disk.write_checkpoint(action.op, action.snapshot)
+                disk.write_checkpoint(action.op, action.snapshot, action.journal_restart_op)
+        machine = host.machine.inner
+        if isinstance(machine, PartitionMachine):
+            self._schedule_deletion(tick, host, machine)
+
+    # Retention: the files ----------------------------------------------------------------
+
+    def _retention_floor(self, host: GroupHost, machine: PartitionMachine) -> int:
+        """The first op whose record this replica must keep, as the runtime's group host
+        says: the partition's retention floor, but never past the durable checkpoint
+        (a restart replays every op after it from the journal)."""
+        checkpoint = host.disk.superblock.state.checkpoint
+        return min(machine.state.retention_floor_op(), checkpoint + 1)
+
+    def _schedule_deletion(self, tick: int, host: GroupHost, machine: PartitionMachine) -> None:
+        """After a step: seal the open segment once a purge or retention retired all it
+        holds, and start deleting the sealed segments below the floor (it completes later,
+        as the runtime's deletion in a worker thread)."""
+        disk = host.disk
+        state = machine.state
+        if not host.replica.log_whole:
+            return  # backfilling committed records: the state's floor does not see them yet
+        if state.retained_start != host.retained_start_seen:
+            host.retained_start_seen = state.retained_start
+            disk.seal_if_retired(state.retention_floor_op())
+        if host.retain_tick is None and disk.journal.retain_due(
+            self._retention_floor(host, machine)
+        ):
+            host.retain_tick = tick + self._retain_prng.randint(
+                1, 1 + self.options.disk.sync_ticks_max
+            )
+
+    def _delete_retired(self, host: GroupHost) -> None:
+        machine = host.partition_machine
+        assert machine is not None
+        if not host.replica.log_whole:
+            return  # a state transfer since: its backfill goes first
+        floor = self._retention_floor(host, machine)
+        self.segments_deleted += host.disk.retain(floor)
+        self.observer.on_retained_files(self.index, host.group, host.replica, host.disk, machine)
+
+    def _crash_in_deletion(self, host: GroupHost) -> None:
+        """The process dies while it deletes retired segments: after a drawn number of
+        the unlinks (the retained start is recorded first), the rest never happen."""
+        machine = host.partition_machine
+        assert machine is not None
+        if not host.replica.log_whole:
+            return
+        if host.disk.crash_in_retain(self._retention_floor(host, machine), self._retain_prng):
+            self.deletions_crashed += 1
 
     def _send_to_replica(self, group: int, replica: int, message: Message) -> None:
         frame = encode_message(message, sender=self.index)
@@ -1143,12 +1255,21 @@ class Node:
         consumer = ConsumerKey(ConsumerKind.CONSUMER_GROUP, revocation.group_id)
         return True, machine.state.consumer_offset(consumer)
 
-    def _system_done(self, command: MetadataCommand, outcome: Outcome) -> None:
+    def _system_done(self, command: MetadataCommand | PartitionCall, outcome: Outcome) -> None:
+        if isinstance(command, PartitionCall):
+            self._partition_call_done(command)
+            return
         if isinstance(command, RevocationDrained | ExpireRevocations):
             if isinstance(command, RevocationDrained) and isinstance(outcome, Replied):
                 key = (command.stream, command.topic, command.group, command.partition_id)
                 self._served.forget(key, command.session)
             self._revocations.finished(command)
+
+    def _partition_call_done(self, call: PartitionCall) -> None:
+        if call.purge:
+            self._purges.finished(call.group)
+        else:
+            self._retentions.finished(call.group)
 
     def auto_commit(
         self, group: CoreGroup, route: PartitionRoute, offset: int, user_id: int
@@ -1174,9 +1295,11 @@ class Node:
         raise StateError(ErrorCode.INVALID_COMMAND, "the simulator keeps no runtime stats")
 
     def partition_segments(self, group: CoreGroup) -> list[SegmentInfo] | None:
-        """Refused: a simulated partition keeps its log in memory, with no segments to
-        count, so DELETE_SEGMENTS is not served here."""
-        raise StateError(ErrorCode.FEATURE_UNAVAILABLE, "the simulator keeps no segment files")
+        """The journal segments of a partition group here, oldest first (DELETE_SEGMENTS)."""
+        host = self.groups.get(group.group_id)
+        if host is None or host.partition_machine is None:
+            return None
+        return host.disk.journal.segments()
 
     def partition_stats(self, stream_id: int, topic_id: int, partition_id: int) -> PartitionStats:
         """Offsets, counts and sizes of the retained messages, from the partition's state,
@@ -1210,15 +1333,32 @@ class Node:
         """Submit the system client's next request, if it has one and none in flight:
         its register first, then the command, as the runtime's ``SystemRunner`` does."""
         system = self.system
+        while not system.busy and system.queue and isinstance(system.queue[0], PartitionCall):
+            call_for = system.queue[0]
+            assert isinstance(call_for, PartitionCall)
+            target = self.groups.get(call_for.group)
+            if target is not None and target.is_primary:
+                break
+            # No longer this node's to propose (a view change, the partition went): the
+            # runtime's task would be refused; the next pass proposes again if still due.
+            system.queue.popleft()
+            self._partition_call_done(call_for)
         if system.busy or not system.queue:
             return
         client = system.client
         registering = client.session == 0
+        item = system.queue[0]
+        host = self.groups[METADATA_GROUP]
         if registering:
             call = client.register()
         else:
-            operation, body = encode_command(system.queue[0])
-            call = client.call(int(operation), bytes(body), tick * TICK_US)
+            if isinstance(item, PartitionCall):
+                host = self.groups[item.group]
+                operation, body = int(Operation.TRUNCATE_PARTITION), item.body
+            else:
+                encoded, body = encode_command(item)
+                operation = int(encoded)
+            call = client.call(operation, bytes(body), tick * TICK_US)
             system.attempts += 1
 
         def deliver(outcome: Outcome) -> None:
@@ -1246,7 +1386,63 @@ class Node:
             deliver,
             call.checksum,
         )
-        self._submit(tick, self.groups[METADATA_GROUP], submission)
+        self._submit(tick, host, submission)
+
+    # The node's own partition requests (``broker.core.maintenance``) ----------------------
+
+    def _maintain(self, tick: int) -> None:
+        """The runtime's maintenance pass: truncate, as primary, the partitions whose
+        committed purge their state has not applied, and propose the retention of those
+        whose oldest sealed segments expired or overflow their topic's share."""
+        for group, generation in self._purges.due(self._refs, self._purge_view):
+            self.system.queue.append(PartitionCall(group, purge_body(generation), purge=True))
+        now = tick * TICK_US
+        for group in self._retentions.due(now, self._hosted_partitions, self._retention_view):
+            offset = self._retention_offset(self.groups[group], now)
+            if offset is not None:
+                self._retentions.proposing(group)
+                self.retentions_proposed += 1
+                self.system.queue.append(PartitionCall(group, retain_body(offset), purge=False))
+
+    def _purge_view(self, group: int) -> PurgeView | None:
+        host = self.groups.get(group)
+        machine = None if host is None else host.partition_machine
+        if host is None or machine is None:
+            return None
+        return PurgeView(machine.state.purge_generation, host.is_primary)
+
+    def _hosted_partitions(self) -> list[int]:
+        return [group for group in self._refs if group in self.groups]
+
+    def _retention_view(self, group: int) -> RetentionView | None:
+        host = self.groups.get(group)
+        if host is None or host.partition_machine is None:
+            return None
+        return RetentionView(host.is_primary, readable=True)
+
+    def _retention_offset(self, host: GroupHost, now_us: int) -> int | None:
+        """The offset ``host``'s partition should retain from now, from its journal and its
+        topic's committed options (the node's defaults: none)."""
+        ref = self._refs.get(host.group)
+        machine = host.partition_machine
+        if ref is None or machine is None:
+            return None
+        try:
+            topic = self.metadata_state().topic(ref.stream_id, ref.topic_id)
+        except StateError:
+            return None  # deleted since: its group goes with the next reconcile
+        expiry_us, size_bytes = topic_limits(
+            topic, message_expiry_us=EXPIRY_NEVER, max_topic_size_bytes=SIZE_UNLIMITED
+        )
+        return retention_due(
+            machine.state,
+            host.disk.journal.segments(),
+            message_expiry_us=expiry_us,
+            max_topic_size_bytes=size_bytes,
+            partition_count=topic.partitions_count,
+            segment_size_bytes=SEGMENT_SIZE_BYTES,
+            now_us=now_us,
+        )
 
     def _read_index_round(self, replica: Replica) -> ReadIndexRound:
         return ReadIndexRound(replica, confirmed=True)

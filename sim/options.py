@@ -127,6 +127,16 @@ class WorkloadOptions:
     #: The chance that a producer or consumer, between two operations, logs out (and then
     #: logs in again). Not drawn.
     logouts: float = 0.01
+    #: How often a partition's primary looks at retention (``retention_interval_s``).
+    retention_interval_ticks: int = 100
+    #: The workload topic's ``message_expiry`` in ticks of simulated time, and its
+    #: ``max_topic_size`` in bytes; None: the server default (none).
+    message_expiry_ticks: int | None = None
+    max_topic_size_bytes: int | None = None
+    #: How many times the operator, after its churn, deletes the oldest segments of a
+    #: partition of the workload topic (DELETE_SEGMENTS) or purges it (PURGE_TOPIC), a
+    #: few seconds apart (``sim.client``).
+    lifecycle_ops: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,9 +246,16 @@ class Options:
         # Drawn last, so every other option of a seed stays what it was before it existed.
         clients = workload.producers + workload.consumers
         reusers = prng.randint(1, clients) if prng.random() < 0.5 else 0
-        return dataclasses.replace(
-            options, workload=dataclasses.replace(workload, number_reusers=reusers)
+        # Retention and purge, drawn after everything else for the same reason.
+        lifecycle = dataclasses.replace(
+            workload,
+            number_reusers=reusers,
+            retention_interval_ticks=prng.randint(50, 300),
+            message_expiry_ticks=prng.choice((None, 300, 1_000, 3_000)),
+            max_topic_size_bytes=prng.choice((None, None, 48 * 1024, 96 * 1024)),
+            lifecycle_ops=prng.randint(0, 4),
         )
+        return dataclasses.replace(options, workload=lifecycle)
 
     def describe(self) -> list[str]:
         """One line per option group, for the run summary."""

@@ -37,18 +37,32 @@ And broken nodes, for the node layer (``sim.node`` carrying out ``broker.core``)
    primary's commit alone: with five replicas, a primary and a backup cut off from a
    newer view agree on an old commit, and the backup serves an offset older than one the
    newer view acknowledged.
+11. ``retain-ignored``: a node's partitions apply a retention ("retain from offset X")
+   as one that moves nothing: its replicas keep serving what the others retired.
+12. ``delete-past-floor``: a node deletes every sealed segment up to its durable
+   checkpoint, not only those below the partition's retention floor: retained messages
+   go with them.
+13. ``index-outlives-retention``: a node's partitions keep retired batches in their
+   index (as if it dropped them only with their files) and start polls at the oldest
+   batch indexed: a poll from below the retained start returns deleted messages.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Final
+
+import cbor2
 
 from broker.core.connections import ConnectionContext
 from broker.core.groups import Replied, RequestIdentity
 from broker.core.handlers import Rules
 from broker.core.reads import ReadIndexRound
 from broker.core.sessions import MetadataView, SessionOk, SessionVerdict
+from broker.state.metadata import PartitionRef
+from broker.state.partition import PartitionState
 from broker.state.partition_machine import PartitionMachine
+from broker.state.records import JournalHost
 from consensus.client_table import CachedReply, ClientTable, Verdict
 from consensus.events import Action, AppendToJournal
 from consensus.messages import DoViewChange, Prepare
@@ -57,6 +71,7 @@ from sdk import wire
 from sdk.wire import RequestHeader
 from sdk.wire.batch import read_batch
 from sdk.wire.codes import Operation
+from sim.disk import Disk
 from sim.network import ForwardedOutcome, ForwardedRequest
 from sim.node import GroupHost, Node
 
@@ -231,6 +246,49 @@ class TrustsThePrimaryAlone(Node):
         return ReadIndexRound(replica, confirmed=False)  # the primary's commit, unconfirmed
 
 
+class _RetainsNothing(PartitionMachine):
+    """Applies every retention as "retain from offset 0": never back, so nothing moves."""
+
+    def apply(self, prepare: Prepare) -> bytes:
+        header = prepare.header
+        if header.operation == Operation.TRUNCATE_PARTITION:
+            items = cbor2.loads(prepare.body)
+            if len(items) == 4:  # [next offset, timestamp, "retain", offset]
+                body = cbor2.dumps([*items[:3], 0], canonical=True)
+                prepare = Prepare(replace(header, body_size=len(body)), body)
+        return super().apply(prepare)
+
+
+class IgnoresRetention(Node):
+    def _partition_machine(self, ref: PartitionRef, disk: Disk) -> PartitionMachine:
+        return _RetainsNothing(ref.stream_id, ref.topic_id, ref.partition_id, disk)
+
+
+class DeletesPastTheFloor(Node):
+    def _retention_floor(self, host: GroupHost, machine: PartitionMachine) -> int:
+        return host.disk.superblock.state.checkpoint + 1  # the partition's floor ignored
+
+
+class _KeepsRetiredBatches(PartitionState):
+    @property
+    def first_offset(self) -> int:
+        # The retained start ignored: what the journal still holds stays readable.
+        end = self._frontier.next_offset
+        held = self._log.offset_min()
+        return min(end if held is None else held, end)
+
+
+class _IndexOutlivesRetention(PartitionMachine):
+    def __init__(self, stream_id: int, topic_id: int, partition_id: int, log: JournalHost) -> None:
+        super().__init__(stream_id, topic_id, partition_id, log)
+        self.state = _KeepsRetiredBatches(stream_id, topic_id, partition_id, self._log)
+
+
+class KeepsRetiredBatches(Node):
+    def _partition_machine(self, ref: PartitionRef, disk: Disk) -> PartitionMachine:
+        return _IndexOutlivesRetention(ref.stream_id, ref.topic_id, ref.partition_id, disk)
+
+
 PLANTED: Final[dict[str, type[Replica]]] = {
     "longest-log": PicksLongestLog,
     "ack-before-write": AcksBeforeWritten,
@@ -246,6 +304,9 @@ PLANTED_NODES: Final[dict[str, type[Node]]] = {
     "keep-removed-group": KeepsRemovedGroups,
     "skip-session-check": SkipsSessionCheck,
     "read-index-unconfirmed": TrustsThePrimaryAlone,
+    "retain-ignored": IgnoresRetention,
+    "delete-past-floor": DeletesPastTheFloor,
+    "index-outlives-retention": KeepsRetiredBatches,
 }
 """The planted node-layer bugs, run with the correct replica."""
 

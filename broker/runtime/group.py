@@ -806,7 +806,11 @@ class GroupHost:
             else:
                 assert isinstance(action, WriteCheckpoint)
                 checkpoint = partial(
-                    self._with_journal_busy, store.write_checkpoint, action.op, action.snapshot
+                    self._with_journal_busy,
+                    store.write_checkpoint,
+                    action.op,
+                    action.snapshot,
+                    action.journal_restart_op,
                 )
                 await self._storage_action("checkpoint", checkpoint)
                 self.counters.checkpoints += 1
@@ -819,6 +823,12 @@ class GroupHost:
         start (a committed ``RetainPartition`` or purge), but never an op after the
         durable checkpoint: a restart restores the checkpoint and replays every op after
         it from the journal."""
+        replica = self.replica
+        if replica is not None and not replica.log_whole:
+            # Committed records are being backfilled (a restart found them damaged, or a
+            # state transfer restarted the journal): the state's index does not reach them
+            # yet, so its floor says nothing of what they hold.
+            return
         retired_below = machine.state.retention_floor_op()
         if machine.state.retained_start != self._retained_start_seen:
             # Once per purge or retention (not per op: a partition without messages would

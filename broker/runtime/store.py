@@ -412,7 +412,7 @@ class GroupStore:
         self.superblock.write(superblock_state(replace(state, commit=commit)))
         self._remove_old_checkpoints(keep_op=state.checkpoint)
 
-    def write_checkpoint(self, op: int, snapshot: bytes) -> None:
+    def write_checkpoint(self, op: int, snapshot: bytes, journal_restart_op: int = 0) -> None:
         """Persist ``snapshot`` as the state after ``op``. Blocks on the disk.
 
         Ops above ``op`` stay: a primary checkpoints with prepares still in its pipeline,
@@ -432,7 +432,9 @@ class GroupStore:
             target.close()
         self._group_storage.rename(temporary, name)
         self._group_storage.sync_directory()
-        if self._journal_reset_pending or self.journal.op_head < op:
+        if self._journal_reset_pending or self.journal.op_head < op or journal_restart_op:
+            # ``journal_restart_op``: a state transfer of a partition, whose replica
+            # backfills the journal from that op (an empty journal takes any first op).
             self._reset_journal()
 
     def _reset_journal(self) -> None:

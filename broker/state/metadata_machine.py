@@ -243,6 +243,10 @@ class MetadataMachine:
         self.state = restore_state(snapshot)
         self.last_result = None
 
+    def log_op_min(self) -> int | None:
+        """None: the metadata state holds everything; its log is not its data."""
+        return None
+
     def session_live(self, client_id: int, session: int) -> bool:
         """Whether ``client_id`` still holds ``session`` (the client table's question
         about a repeated register: answered from the table while the session lives, run

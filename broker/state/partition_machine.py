@@ -122,6 +122,10 @@ class PartitionMachine:
     def snapshot(self) -> bytes:
         return self.state.snapshot()
 
+    def log_op_min(self) -> int:
+        """The first op holding a retained message (the log is the partition's data)."""
+        return self.state.retention_floor_op()
+
     def restore(self, snapshot: bytes) -> None:
         state = PartitionState.restore(snapshot, self._log)
         assert (state.stream_id, state.topic_id, state.partition_id) == (

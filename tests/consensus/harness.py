@@ -157,7 +157,7 @@ class Cluster:
                 node.superblock = action.state
             elif isinstance(action, WriteCheckpoint):
                 node.checkpoint = action.snapshot
-                node.log.checkpoint(action.op)
+                node.log.checkpoint(action.op, action.journal_restart_op)
             else:
                 assert isinstance(action, ReplyToClient)
                 self.replies.append(action)

@@ -379,3 +379,95 @@ def test_an_op_named_for_checkpoints_is_checkpointed_on_every_replica_as_it_comm
         assert node.replica.checkpoint_op == 4
         assert node.checkpoint is not None
     cluster.check_safety()
+
+
+def _retained_cluster(replica_count: int, seed: int) -> tuple[Cluster, int]:
+    """A group whose log is its data (no plain state transfer), with a backup cut off
+    while the others commit ops 3..40 and then retire every record below op 30."""
+    from dataclasses import replace
+
+    from tests.consensus.harness import TEST_CONFIG
+
+    config = replace(
+        TEST_CONFIG, state_transfer=False, checkpoint_interval_ops=10, repair_chunk_max=4
+    )
+    cluster = Cluster(replica_count, seed=seed, config=config, persisted=True)
+    _commit_requests(cluster, 1, range(1, 3))
+    primary = cluster.primary()
+    assert primary is not None
+    lagging = (primary.index + 1) % replica_count
+    cluster.isolate(lagging)
+    _commit_requests(cluster, 1, range(3, 41))
+    for node in cluster.nodes:
+        if node.index != lagging:
+            node.state_machine.retain_from(30)
+            node.log.retain(30)
+            assert node.log.read(29) is None
+    return cluster, lagging
+
+
+@pytest.mark.parametrize("replica_count", MULTI)
+def test_backup_behind_retired_ops_catches_up_by_state_transfer(replica_count: int) -> None:
+    """state transfer across a retained start: a backup needs ops its peers retired; it
+    installs their snapshot and backfills the records from its log_op_min, never fewer."""
+    cluster, lagging = _retained_cluster(replica_count, seed=21)
+    node = cluster.nodes[lagging]
+    cluster.heal()
+    cluster.run_until(lambda: cluster.converged() and node.replica.log_whole)
+    assert node.replica.commit_min == 40
+    assert node.replica.log_whole
+    assert node.checkpoint is not None  # the snapshot was installed
+    assert node.log.read(29) is None  # retired everywhere: never fetched
+    for op in range(30, 41):
+        record = node.log.read(op)
+        assert record is not None and record.header.request == op
+    assert node.state_machine.log_op_min() == 30
+    _commit_requests(cluster, 1, range(41, 43))
+    cluster.run_until(cluster.converged)
+    cluster.check_safety()
+
+
+@pytest.mark.parametrize("replica_count", MULTI)
+def test_backfill_after_state_transfer_resumes_after_a_crash(replica_count: int) -> None:
+    """state transfer across a retained start: a crash in the middle of the backfill
+    restarts it from the checkpoint's log_op_min, not from op 1 (which nobody holds)."""
+    cluster, lagging = _retained_cluster(replica_count, seed=22)
+    node = cluster.nodes[lagging]
+    cluster.heal()
+    cluster.run_until(lambda: not node.replica.log_whole and node.log.op_max() >= 32)
+    assert node.replica.commit_min == 40  # installed, backfill under way
+    cluster.crash(lagging)
+    cluster.restart(lagging)
+    assert not node.replica.log_whole
+    cluster.run_until(lambda: cluster.converged() and node.replica.log_whole)
+    for op in range(30, 41):
+        assert node.log.read(op) is not None
+    cluster.check_safety()
+
+
+@pytest.mark.parametrize("replica_count", MULTI)
+def test_backup_whose_ops_peers_still_hold_repairs_them(replica_count: int) -> None:
+    """state transfer across a retained start: a transfer the backup starts while the
+    peers still hold what it needs is not installed; it repairs every op instead."""
+    from dataclasses import replace
+
+    from tests.consensus.harness import TEST_CONFIG
+
+    config = replace(TEST_CONFIG, state_transfer=False, checkpoint_interval_ops=10)
+    cluster = Cluster(replica_count, seed=23, config=config, persisted=True)
+    _commit_requests(cluster, 1, range(1, 3))
+    primary = cluster.primary()
+    assert primary is not None
+    lagging = (primary.index + 1) % replica_count
+    cluster.isolate(lagging)
+    _commit_requests(cluster, 1, range(3, 30))
+    for node in cluster.nodes:
+        if node.index != lagging:
+            node.state_machine.retain_from(2)  # nothing the backup needs is retired
+    cluster.heal()
+    cluster.run_until(cluster.converged)
+    node = cluster.nodes[lagging]
+    assert node.checkpoint is None or node.log.read(3) is not None
+    for op in range(3, 30):
+        assert node.log.read(op) is not None
+    cluster.check_safety()

@@ -47,9 +47,13 @@ ROOT = Path(__file__).resolve().parents[2]
 # checkpoint as a purge or retention commits), which shows in the options' repr.
 # Then consumers send some polls as long polls (``LONG_POLL_CODE``): each poll
 # draws whether it is one, which moves every later draw of the client's randomness. ->
-# 63ed6ead...: both changes together (the checkpoint options and the long-poll draws).
+# 63ed6ead...: both changes together (the checkpoint options and the long-poll draws). ->
+# 99dad038...: the seed also draws retention (interval, expiry, size cap) and the operator's
+# DELETE_SEGMENTS and PURGE_TOPIC requests; nodes propose retentions and purge
+# truncations, delete retired segments (a crash may stop a deletion between unlinks),
+# and a partition replica behind its peers' retired ops catches up by state transfer.
 BASELINE_SEED = 5
-BASELINE_TRACE_HASH = "63ed6ead4be645372456a68727e09033"
+BASELINE_TRACE_HASH = "99dad038f0014038c26c585acc5be6b3"
 
 
 def _trace_of(seed: int, hash_seed: str) -> str:

@@ -78,6 +78,12 @@ SWARMS: dict[str, tuple[range, tuple[str, ...], Profile]] = {
     # A node skips the session check: it admits a request under a session that ended (a
     # closed connection's, a logout's) or that its connection never logged in to (seed 0).
     "skip-session-check": (range(20), ("session",), _as_drawn),
+    # A node's partitions apply retentions as moving nothing (seed 2).
+    "retain-ignored": (range(20), ("retained-start",), _as_drawn),
+    # A node deletes sealed segments up to its checkpoint, retained or not (seed 4).
+    "delete-past-floor": (range(20), ("retained",), _as_drawn),
+    # A node's partitions keep retired batches indexed and serve them (seed 4).
+    "index-outlives-retention": (range(20), ("deleted-read",), _as_drawn),
     # A backup's read index trusts the primary's commit alone: with five replicas, a
     # primary and a backup cut off from a newer view serve an offset older than one it
     # acknowledged (seeds 269 and 272 of 0..300, both five nodes).
