@@ -87,8 +87,9 @@ requests already in flight):
   group the client registered again, and the request is judged by its number like any
   other. By number: above ``request_max`` NEW; equal to the latest committed request
   DUPLICATE if it is the same request (invariant 6), else REQUEST_MISMATCH in the metadata
-  group and NEW in a partition group; otherwise STALE (dropped: a lock-step client never
-  retries an older one).
+  group and NEW in a partition group; otherwise STALE: the replica answers it with the
+  error ALREADY_APPLIED (the reply aged out: only the latest is kept) and never applies it
+  again; a STALE register (invariant 7) is dropped silently.
 
 Bound: deduplication across sessions holds while the client's entry is held. An evicted
 entry forgets the client's numbers: its old sessions are refused, but a request re-sent
@@ -150,7 +151,7 @@ class Verdict(enum.Enum):
 
     NEW = "new"  # prepare it
     DUPLICATE = "duplicate"  # resend the cached reply
-    STALE = "stale"  # an older request: drop silently
+    STALE = "stale"  # an older request: ALREADY_APPLIED (a login's late copy: silence)
     NO_SESSION = "no_session"  # error reply: register first
     SESSION_EVICTED = "session_evicted"  # error reply: register again
     REQUEST_MISMATCH = "request_mismatch"  # error reply: the number holds another request

@@ -94,6 +94,10 @@ class ClientError(enum.Enum):
     #: this request number: the request is refused, nothing was applied, and the cached
     #: reply is never sent for it.
     REQUEST_MISMATCH = "request_mismatch"
+    #: The request is older than the client's latest committed request: it is not
+    #: applied (again), and the client table keeps only the latest reply, so this one's
+    #: is no longer available (Iggy's "reply aged out", RequestAlreadyApplied).
+    ALREADY_APPLIED = "already_applied"
 
 
 @dataclass(frozen=True, slots=True)

@@ -780,6 +780,23 @@ class Replica:
             request_checksum=event.request_checksum,
         )
         if verdict is Verdict.STALE:
+            if not register:
+                # Older than the client's latest committed request: never applied again,
+                # and its reply is no longer kept. Saying so (as Iggy's "reply aged out")
+                # spares a client that still waits for it a timeout. A late copy of a
+                # login stays silent: nobody waits for it (client table, invariant 7).
+                self._actions.append(
+                    ReplyToClient(
+                        event.client_id,
+                        event.session,
+                        event.request,
+                        event.operation,
+                        event.request_checksum,
+                        0,
+                        b"",
+                        ClientError.ALREADY_APPLIED,
+                    )
+                )
             return
         if verdict is Verdict.DUPLICATE:
             cached = self.client_table.cached_reply(

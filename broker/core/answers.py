@@ -148,7 +148,10 @@ def _outcome_answer(
         return Response([frame], group=group_id)
     if isinstance(outcome, Refused):
         if outcome.status == REQUEST_MISMATCH_STATUS:
-            refusal = f"request {header.request} was already used by another request"
+            refusal = (
+                f"request {header.request} is not applied: its number was already used (by "
+                "another request, or by an older one whose reply is no longer kept)"
+            )
             return status(header, outcome.status, refusal=refusal)
         return refused(header, outcome.status, group_id, replica, replica_count)
     assert isinstance(outcome, SessionLost)

@@ -87,8 +87,10 @@ Outcome = Replied | Refused | SessionLost
 RequestIdentity = tuple[int, int, bytes]
 
 REQUEST_MISMATCH_STATUS: Final = IggyErrorCode.REQUEST_ALREADY_APPLIED
-"""The status of a metadata request whose number holds another committed request: the
-number was used, so this request is not applied, and the other's reply is not sent."""
+"""The status of a request whose number was used: by another committed request (metadata
+group), or by this one or an older one below the client's latest committed request, whose
+reply is no longer kept (Iggy's "reply aged out"). The request is not applied (again), and
+no other request's reply is sent for it."""
 
 
 @dataclass(slots=True, eq=False)
@@ -273,7 +275,7 @@ class GroupRequests:
             # up, or another request that reuses its number waits (never given this reply).
             return
         del self._waiters[action.client_id]
-        if action.error is ClientError.REQUEST_MISMATCH:
+        if action.error in (ClientError.REQUEST_MISMATCH, ClientError.ALREADY_APPLIED):
             waiter.answer(Refused(REQUEST_MISMATCH_STATUS))
         elif action.error is not None:
             waiter.answer(SessionLost(action.error))

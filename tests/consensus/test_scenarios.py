@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+from functools import partial
 
 import pytest
 
+from consensus.events import ClientError
 from consensus.messages import Prepare, PrepareOk, RequestPrepares
 from consensus.replica import Status
 from consensus.testing import client_request
@@ -274,6 +276,32 @@ def test_sessions_come_from_committed_registers(replica_count: int) -> None:
     cluster.settle()
     errors = [r.error for r in cluster.replies_for(10, 1)]
     assert errors and all(e is not None and e.value == "no_session" for e in errors)
+    cluster.check_safety()
+
+
+@pytest.mark.parametrize("replica_count", ALL_SIZES)
+def test_a_request_older_than_the_latest_is_refused_as_aged_out_and_not_applied(
+    replica_count: int,
+) -> None:
+    """client table: a retry of a request whose reply aged out (the client's latest is
+    newer) is answered ALREADY_APPLIED, never applied again; a late login copy stays
+    silent (nobody waits for it)."""
+    cluster = Cluster(replica_count, seed=13, register_operation=REGISTER)
+    cluster.request(9, 2, session=0, operation=REGISTER)
+    cluster.run_until(lambda: cluster.committed(9, 2))
+    session = cluster.replies_for(9, 2)[0].op
+    for request in (3, 4):
+        cluster.request(9, request, session=session)
+        cluster.run_until(partial(cluster.committed, 9, request))
+    applied = [len(node.state_machine.applied) for node in cluster.nodes]
+    cluster.request(9, 3, session=session)  # request 4's reply replaced request 3's
+    cluster.request(9, 1, session=0, operation=REGISTER)  # an older login's late copy
+    cluster.settle()
+    aged = [r for r in cluster.replies_for(9, 3) if r.error is not None]
+    assert aged and all(r.error is ClientError.ALREADY_APPLIED for r in aged)
+    assert all(r.op == 0 and r.reply == b"" for r in aged)
+    assert cluster.replies_for(9, 1) == []
+    assert [len(node.state_machine.applied) for node in cluster.nodes] == applied
     cluster.check_safety()
 
 

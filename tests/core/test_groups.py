@@ -207,14 +207,14 @@ def test_a_full_disk_refuses_new_messages_and_still_answers_their_retries() -> N
     assert [type(o) for o in answers.got["retry"]] == [Replied]
 
 
-def test_a_request_the_replica_drops_is_refused_with_58() -> None:
+def test_a_request_older_than_the_tables_latest_is_refused_as_aged_out_with_59() -> None:
     host, answers = _host(), Answers()
     host.requests.submit(answers.submission("two", 2, b"two"))
     host.admit()
     host.complete_writes()
     host.requests.submit(answers.submission("old", 1, b"one"))  # below the table's number
     host.admit()
-    assert answers.got["old"] == [Refused(NOT_ACCEPTED)]
+    assert answers.got["old"] == [Refused(IggyErrorCode.REQUEST_ALREADY_APPLIED)]
 
 
 def test_an_abandoned_submission_is_never_answered_and_refuse_all_answers_the_rest() -> None:
@@ -241,3 +241,12 @@ def test_a_submitter_that_stops_waiting_says_58_before_the_pipeline_and_59_after
     assert timed_out(submission) == Refused(NOT_ACCEPTED)
     submission.admitted = True
     assert timed_out(submission) == Refused(NOT_COMMITTED)
+
+
+def test_a_request_the_replica_drops_is_refused_with_58() -> None:
+    host, answers = _host(), Answers()
+    host.requests.submit(answers.submission("first", 1, b"one"))
+    host.admit()  # in the pipeline, not yet written
+    host.requests.submit(answers.submission("second", 2, b"two"))
+    host.admit()  # the replica drops a client's request while another is in flight
+    assert answers.got["second"] == [Refused(NOT_ACCEPTED)]
