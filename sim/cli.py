@@ -181,6 +181,11 @@ def _run_swarm(seeds: range, *, faults: bool, plant: str | None, strict: bool) -
         "corruptions",
         "outages",
         "packets_lost",
+        "retentions",
+        "purges",
+        "segments_deleted",
+        "deletions_crashed",
+        "polls_past_retained",
         "poll_gaps",
         "liveness_waived",
     ):
