@@ -1,6 +1,6 @@
 """Prometheus metrics of a real node (in this process, on real sockets and files) while
-clients load it: the rendered counters move as the load does, and every series is
-documented.
+clients load it, scraped over its HTTP listener (``GET /metrics``): the counters move as
+the load does, and every series is documented.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.runtime.config import load_config
-from broker.runtime.metrics import metric_help, metric_names, render_metrics
+from broker.runtime.metrics import metric_help, metric_names
 from broker.runtime.node import Node
 from sdk import AsyncClient, ClientConfig, ConsumerRef, Partitioning, PollingStrategy
 from sdk.errors import IggyError
@@ -31,10 +31,24 @@ TIMEOUT_S = 120.0
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def scrape(node: Node) -> Samples:
-    """One render of ``node``'s metrics, parsed as Prometheus parses it."""
-    body, content_type = render_metrics(node)
-    assert content_type.startswith("text/plain; version=0.0.4")
+async def scrape(node: Node) -> Samples:
+    """One scrape of ``GET /metrics`` on ``node``'s HTTP listener, as Prometheus scrapes
+    it (no token: the route is public, as Iggy's), parsed as Prometheus parses it."""
+    assert node.http_address is not None
+    stream = await trio.open_tcp_stream(*node.http_address)
+    async with stream:
+        await stream.send_all(
+            b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        )
+        response = bytearray()
+        while chunk := await stream.receive_some(65536):
+            response += chunk
+    head, _, body = bytes(response).partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    assert lines[0].startswith("HTTP/1.1 200"), lines[0]
+    headers = dict(line.lower().split(": ", 1) for line in lines[1:])
+    assert headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert int(headers["content-length"]) == len(body)
     samples: Samples = {}
     for family in text_string_to_metric_families(body.decode()):
         for sample in family.samples:
@@ -52,6 +66,7 @@ def total(samples: Samples, name: str, **labels: str) -> float:
 async def running_node(data_dir: Path) -> AsyncIterator[Node]:
     config = load_config(
         address="127.0.0.1:0",
+        http_address="127.0.0.1:0",
         ws_address="",
         data_dir=data_dir,
         root_password=ROOT_PASSWORD,
@@ -78,7 +93,7 @@ def client_config(node: Node) -> ClientConfig:
 def test_metrics_move_with_the_load_and_messages_in_equal_messages_sent(tmp_path: Path) -> None:
     async def main() -> tuple[Samples, Samples, list[Samples]]:
         async with running_node(tmp_path / "data") as node:
-            before = scrape(node)
+            before = await scrape(node)
             during: list[Samples] = []
             async with AsyncClient(client_config(node)) as client:
                 await client.create_stream("load")
@@ -94,7 +109,7 @@ def test_metrics_move_with_the_load_and_messages_in_equal_messages_sent(tmp_path
 
                 async def scrape_meanwhile() -> None:
                     while not loaded.is_set():
-                        during.append(scrape(node))
+                        during.append(await scrape(node))
                         await trio.sleep(0.01)
 
                 async with trio.open_nursery() as nursery:
@@ -125,7 +140,7 @@ def test_metrics_move_with_the_load_and_messages_in_equal_messages_sent(tmp_path
                     pass
             except IggyError:
                 pass
-            after = scrape(node)
+            after = await scrape(node)
             return before, after, during
 
     before, after, during = trio.run(main)
