@@ -461,10 +461,12 @@ class Replica:
             first = max(log_op_max + 1, log_op_min)
             if first <= self.commit_min:
                 self._faulty_committed += range(first, self.commit_min + 1)
-            if first > log_op_max + 1 and first <= self.commit_min:
+            if first > log_op_max + 1 and (first <= self.commit_min or log_op_max > 0):
                 # The journal ends below the first op the state needs (it was cut, or a
                 # state transfer restarted it and a crash took what was backfilled): the
-                # backfill cannot continue it, so it starts afresh at that op.
+                # backfill cannot continue it, so it starts afresh at that op. That op may
+                # be the one after the checkpoint (the state retired every record up to
+                # it, so nothing is backfilled): the next append must still follow it.
                 assert checkpoint is not None
                 self._actions.append(
                     WriteCheckpoint(

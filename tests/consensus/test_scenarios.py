@@ -499,3 +499,46 @@ def test_backup_whose_ops_peers_still_hold_repairs_them(replica_count: int) -> N
     for op in range(3, 30):
         assert node.log.read(op) is not None
     cluster.check_safety()
+
+
+@pytest.mark.parametrize("replica_count", MULTI)
+def test_journal_cut_below_a_checkpoint_that_needs_no_record_restarts_after_it(
+    replica_count: int,
+) -> None:
+    """state transfer across a retained start: recovery cut committed records below a
+    checkpoint whose state needs no record (its log_op_min is the op after it, as after a
+    partition's purge), so nothing is backfilled; the journal must still restart after
+    the checkpoint, or the next append would not follow its head."""
+    from dataclasses import replace
+
+    from tests.consensus.harness import TEST_CONFIG
+
+    deleting = OPERATION + 1
+    config = replace(
+        TEST_CONFIG,
+        state_transfer=False,
+        checkpoint_interval_ops=1000,
+        checkpoint_after_operations=(deleting,),
+    )
+    cluster = Cluster(replica_count, seed=64, config=config, persisted=True)
+    _commit_requests(cluster, 1, range(1, 4))
+    cluster.request(1, 4, operation=deleting)
+    cluster.run_until(lambda: cluster.committed(1, 4))
+    cluster.run_until(cluster.converged)
+    primary = cluster.primary()
+    assert primary is not None
+    backup = cluster.nodes[(primary.index + 1) % replica_count]
+    assert backup.replica.checkpoint_op == 4
+    assert backup.state_machine.log_op_min() is None  # the checkpoint needs no record
+    cluster.crash(backup.index)
+    backup.log.lose_head(3)  # committed records 3 and 4 damaged at rest, cut at recovery
+    assert backup.log.op_max() == 2
+    cluster.restart(backup.index)
+    assert backup.replica.log_whole  # nothing below the checkpoint to backfill
+    assert backup.log.op_max() == 4 and not backup.log.prepares  # restarted empty after 4
+    _commit_requests(cluster, 1, range(5, 8))
+    cluster.run_until(cluster.converged)
+    for op in range(5, 8):
+        record = backup.log.read(op)
+        assert record is not None and record.header.request == op
+    cluster.check_safety()
