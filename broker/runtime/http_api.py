@@ -37,6 +37,7 @@ import json
 import logging
 import re
 import secrets
+import struct
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
@@ -953,6 +954,24 @@ async def delete_partitions(api: HttpApi, request: ApiRequest) -> ApiResponse:
     return ApiResponse(204)
 
 
+async def flush_unsaved_buffer(api: HttpApi, request: ApiRequest) -> ApiResponse:
+    """Iggy's flush route: FLUSH_UNSAVED_BUFFER through the node's handling, which answers
+    it as Iggy 0.9 does over TCP (FeatureUnavailable: messages are written as they
+    commit), so HTTP and TCP clients get the same answer."""
+    partition = request.params["partition_id"]
+    fsync = request.params["fsync"].lower()
+    if not partition.isdigit() or int(partition) >= 1 << 32:
+        raise bad_request("the partition id must be a u32")
+    if fsync not in ("true", "false"):
+        raise bad_request("fsync must be true or false")
+    body = _topic_ref(request).encode() + _FLUSH_TAIL.pack(int(partition), fsync == "true")
+    await api.call(request, CommandCode.FLUSH_UNSAVED_BUFFER, body)
+    return ApiResponse(200)
+
+
+_FLUSH_TAIL: Final = struct.Struct("<IB")  # partition id, fsync flag
+
+
 async def delete_segments(api: HttpApi, request: ApiRequest) -> ApiResponse:
     ref = _topic_ref(request)
     partition = request.params["partition_id"]
@@ -1503,6 +1522,11 @@ def default_router() -> Router:
     )
     add("GET", "/streams/{stream_id}/topics/{topic_id}/messages", poll_messages)
     add("POST", "/streams/{stream_id}/topics/{topic_id}/messages", send_messages)
+    add(
+        "GET",
+        "/streams/{stream_id}/topics/{topic_id}/messages/flush/{partition_id}/{fsync}",
+        flush_unsaved_buffer,
+    )
     add("GET", "/streams/{stream_id}/topics/{topic_id}/consumer-offsets", get_consumer_offset)
     add("PUT", "/streams/{stream_id}/topics/{topic_id}/consumer-offsets", store_consumer_offset)
     add(

@@ -312,6 +312,23 @@ def test_a_refused_command_keeps_its_iggy_code_and_status(
     assert status == 404
 
 
+def test_flush_gets_the_tcp_answer_and_metrics_need_no_token(
+    http_node: tuple[NodeProcess, int],
+) -> None:
+    _, port = http_node
+    token = login(port)["access_token"]["token"]
+    body = json.dumps({"name": "h-flush"}).encode()
+    assert request(port, "POST", "/streams", body, token)[0] == 200
+    path = "/streams/h-flush/topics/t/messages/flush/0/true"
+    status, error = request(port, "GET", path, token=token)
+    assert status == 400 and error["id"] == 5  # FeatureUnavailable, as over TCP
+    assert request(port, "GET", path)[0] == 401  # the route needs a token
+    status, _ = request(port, "GET", "/streams/h-flush/topics/t/messages/flush/x/true", token=token)
+    assert status == 400
+    status, text = request(port, "GET", "/metrics")  # no token, as Prometheus scrapes
+    assert status == 200 and "\nviewstream_uptime_seconds " in text
+
+
 # -- bad input -----------------------------------------------------------------------------------
 
 
