@@ -334,3 +334,54 @@ def test_a_late_copy_of_a_first_login_neither_ends_a_newer_session_nor_locks_out
     cluster.run_until(lambda: cluster.committed(client, 6))
     assert all(r.error is None for r in cluster.replies_for(client, 6))
     cluster.check_safety()
+
+
+class _LogReadingLedger(LedgerStateMachine):
+    """A ledger whose ``log_op_min`` reads its log, as a partition's reads the journal's
+    index: it can answer only once the log holds every op it applied."""
+
+    def __init__(self, log: MemoryLog) -> None:
+        super().__init__()
+        self.log = log
+        self.asked = 0
+
+    def log_op_min(self) -> int | None:
+        applied = self.applied[-1].op if self.applied else 0
+        assert self.log.op_max() >= applied, "log_op_min asked before the log holds it"
+        self.asked += 1
+        return super().log_op_min()
+
+
+def test_a_checkpoint_due_in_ops_a_step_appends_waits_for_the_log() -> None:
+    """A backup catching up appends and applies committed ops in one step, and the host
+    appends them only after the step: a checkpoint falling due among them must not ask
+    the state for its ``log_op_min`` before the log holds them (a partition looks its
+    first retained message up in the journal's index). It is taken in a later step."""
+    config = dataclasses.replace(TEST_CONFIG, checkpoint_interval_ops=10)
+    ledgers: list[_LogReadingLedger] = []
+
+    def ledger(log: MemoryLog) -> LedgerStateMachine:
+        ledgers.append(_LogReadingLedger(log))
+        return ledgers[-1]
+
+    cluster = Cluster(3, seed=31, config=config, ledger=ledger)
+    cluster.request(1, 1, operation=REGISTER)
+    cluster.run_until(lambda: cluster.committed(1, 1))
+    primary = cluster.primary()
+    assert primary is not None
+    lagging = (primary.index + 1) % 3
+    node = cluster.nodes[lagging]
+    cluster.isolate(lagging)
+    for request in range(2, 15):
+        cluster.request(1, request)
+
+        def committed(r: int = request) -> bool:
+            return cluster.committed(1, r)
+
+        cluster.run_until(committed)
+    assert node.replica.commit_min < 10
+    cluster.heal()
+    cluster.run_until(lambda: cluster.converged() and node.replica.checkpoint_op >= 10)
+    assert ledgers[lagging].asked > 0
+    assert node.checkpoint is not None
+    cluster.check_safety()
