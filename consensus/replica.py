@@ -464,10 +464,12 @@ class Replica:
             first = max(log_op_max + 1, log_op_min)
             if first <= self.commit_min:
                 self._faulty_committed += range(first, self.commit_min + 1)
-            if first > log_op_max + 1 and first <= self.commit_min:
+            if first > log_op_max + 1 and log_op_max < self.commit_min:
                 # The journal ends below the first op the state needs (it was cut, or a
                 # state transfer restarted it and a crash took what was backfilled): the
-                # backfill cannot continue it, so it starts afresh at that op.
+                # backfill cannot continue it, so it starts afresh at that op. Also when
+                # the state needs none of the ops up to the checkpoint (``first`` is the
+                # op after it): the journal must still go on right after the checkpoint.
                 assert checkpoint is not None
                 self._actions.append(
                     WriteCheckpoint(
