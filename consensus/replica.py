@@ -318,6 +318,9 @@ class Replica:
         self._backfill_pending = False
         # Rounds the lowest missing committed record has been asked for in vain.
         self._backfill_op_last = 0
+        # A checkpoint fell due at an op the host had not appended yet (see
+        # ``_checkpoint_due``): it is taken once the log holds every applied op.
+        self._checkpoint_owed = False
         self._backfill_attempts = 0
         self._repair_attempts = 0
         self._state_transfer: _StateTransfer | None = None
@@ -1031,6 +1034,8 @@ class Replica:
             self._acks.pop(op, None)
 
     def _apply_committed(self) -> None:
+        if self._checkpoint_owed:
+            self._checkpoint_due()
         while self.commit_min < self._apply_op_max():
             op = self.commit_min + 1
             prepare = self._prepare_body(op)
@@ -1064,17 +1069,30 @@ class Replica:
                     )
                 )
             interval = self.config.checkpoint_interval_ops
-            # Not while committed records are missing below: the state machine may not
-            # see the data they hold, so its ``log_op_min`` could claim too little.
-            if (
-                interval is not None
-                and (
-                    op % interval == 0
-                    or prepare.header.operation in self.config.checkpoint_after_operations
-                )
-                and not self._faulty_committed
+            if interval is not None and (
+                op % interval == 0
+                or prepare.header.operation in self.config.checkpoint_after_operations
             ):
-                self._checkpoint()
+                self._checkpoint_owed = True
+                self._checkpoint_due()
+
+    def _checkpoint_due(self) -> None:
+        """Take the checkpoint that fell due, unless the state's ``log_op_min`` cannot be
+        trusted yet.
+
+        Not while committed records are missing below: the state machine may not see the
+        data they hold, so its ``log_op_min`` could claim too little (the checkpoint is
+        dropped, as the backfill ends in one). Nor while the log does not hold every
+        applied op: a step applies the ops it appends (a replica catching up, a backfill
+        that ends), but the host appends them only after the step, and ``log_op_min``
+        reads the log (a partition's first retained message may be in one of those
+        records). Then the checkpoint waits for a later step, when the host has appended
+        them, and covers the ops applied by then.
+        """
+        if self._faulty_committed:
+            self._checkpoint_owed = False
+        elif self._log.op_max() >= self.commit_min:
+            self._checkpoint()
 
     def _snapshot(self) -> bytes:
         floor = self._state_machine.log_op_min()
@@ -1090,6 +1108,7 @@ class Replica:
 
     def _checkpoint(self) -> None:
         assert self.commit_min <= self.journal_op
+        self._checkpoint_owed = False
         self.checkpoint_op = self.commit_min
         self._actions.append(WriteCheckpoint(op=self.commit_min, snapshot=self._snapshot()))
         self._write_superblock()

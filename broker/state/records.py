@@ -97,7 +97,10 @@ class PartitionJournal:
     call: a host may reopen or restart its journal (``GroupStore``, the simulator's disk).
 
     Every lookup stops at the journal's head, so an op the replica applied before its
-    host appended it (both come out of one step) is never looked for.
+    host appended it (both come out of one step) is never looked for. The replica asks
+    the state for its ``log_op_min`` (which looks the first retained message up here) only
+    when the log holds every op it applied: a checkpoint due in a step that appends the
+    ops it applies waits for a later step.
     """
 
     def __init__(self, host: JournalHost) -> None:

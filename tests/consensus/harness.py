@@ -82,8 +82,11 @@ class Cluster:
         config: ReplicaConfig = TEST_CONFIG,
         register_operation: int | None = None,
         replica_class: type[Replica] = Replica,
+        ledger: Callable[[MemoryLog], LedgerStateMachine] | None = None,
     ) -> None:
         self.replica_class = replica_class
+        # Makes a node's state machine over its log (a plain ledger unless told).
+        self.ledger = ledger
         self.replica_count = replica_count
         self.group = group
         self.persisted = persisted
@@ -101,10 +104,13 @@ class Cluster:
         self.nodes: list[Node] = []
         for index in range(replica_count):
             log = MemoryLog()
-            state_machine = LedgerStateMachine()
+            state_machine = self._make_ledger(log)
             replica = self._make_replica(index, log, state_machine, durable=None, checkpoint=None)
             self.nodes.append(Node(index, replica, log, state_machine))
             self.nodes[-1].superblock = DurableState(0, 0, 0, 0)
+
+    def _make_ledger(self, log: MemoryLog) -> LedgerStateMachine:
+        return LedgerStateMachine() if self.ledger is None else self.ledger(log)
 
     def _make_replica(
         self,
@@ -270,7 +276,7 @@ class Cluster:
     def restart(self, index: int) -> None:
         node = self.nodes[index]
         assert not node.alive
-        state_machine = LedgerStateMachine()
+        state_machine = self._make_ledger(node.log)
         node.state_machine = state_machine
         node.replica = self._make_replica(
             index,

@@ -334,3 +334,119 @@ def test_a_late_copy_of_a_first_login_neither_ends_a_newer_session_nor_locks_out
     cluster.run_until(lambda: cluster.committed(client, 6))
     assert all(r.error is None for r in cluster.replies_for(client, 6))
     cluster.check_safety()
+
+
+class _LogReadingLedger(LedgerStateMachine):
+    """A ledger whose ``log_op_min`` reads its log, as a partition's reads the journal's
+    index: it can answer only once the log holds every op it applied."""
+
+    def __init__(self, log: MemoryLog) -> None:
+        super().__init__()
+        self.log = log
+        self.asked = 0
+
+    def log_op_min(self) -> int | None:
+        applied = self.applied[-1].op if self.applied else 0
+        assert self.log.op_max() >= applied, "log_op_min asked before the log holds it"
+        self.asked += 1
+        return super().log_op_min()
+
+
+def test_a_checkpoint_due_in_ops_a_step_appends_waits_for_the_log() -> None:
+    """A backup catching up appends and applies committed ops in one step, and the host
+    appends them only after the step: a checkpoint falling due among them must not ask
+    the state for its ``log_op_min`` before the log holds them (a partition looks its
+    first retained message up in the journal's index). It is taken in a later step."""
+    config = dataclasses.replace(TEST_CONFIG, checkpoint_interval_ops=10)
+    ledgers: list[_LogReadingLedger] = []
+
+    def ledger(log: MemoryLog) -> LedgerStateMachine:
+        ledgers.append(_LogReadingLedger(log))
+        return ledgers[-1]
+
+    cluster = Cluster(3, seed=31, config=config, ledger=ledger)
+    cluster.request(1, 1, operation=REGISTER)
+    cluster.run_until(lambda: cluster.committed(1, 1))
+    primary = cluster.primary()
+    assert primary is not None
+    lagging = (primary.index + 1) % 3
+    node = cluster.nodes[lagging]
+    cluster.isolate(lagging)
+    for request in range(2, 15):
+        cluster.request(1, request)
+
+        def committed(r: int = request) -> bool:
+            return cluster.committed(1, r)
+
+        cluster.run_until(committed)
+    assert node.replica.commit_min < 10
+    cluster.heal()
+    cluster.run_until(lambda: cluster.converged() and node.replica.checkpoint_op >= 10)
+    assert ledgers[lagging].asked > 0
+    assert node.checkpoint is not None
+    cluster.check_safety()
+
+
+_PURGE = 9
+"""An operation after which the ledger below needs no record up to it (a purge)."""
+
+
+class _PurgingLedger(LedgerStateMachine):
+    """A ledger that, like a purged partition, needs no record up to a ``_PURGE`` op."""
+
+    def apply(self, prepare: Prepare) -> bytes:
+        reply = super().apply(prepare)
+        if prepare.header.operation == _PURGE:
+            self.retained_from = prepare.op + 1
+        return reply
+
+
+def test_a_journal_cut_below_a_checkpoint_needing_none_of_it_goes_on_after_it() -> None:
+    """Where the log is the data, a restart whose journal recovery cut below the
+    checkpoint, when the checkpoint's state needs none of the records up to it
+    (``log_op_min`` is the op after it), restarts the journal right after the checkpoint:
+    the next op appended continues it, and nothing is backfilled."""
+    config = dataclasses.replace(
+        TEST_CONFIG,
+        state_transfer=False,
+        checkpoint_interval_ops=1000,
+        checkpoint_after_operations=(_PURGE,),
+    )
+
+    def ledger(log: MemoryLog) -> LedgerStateMachine:
+        del log
+        return _PurgingLedger()
+
+    cluster = Cluster(3, seed=32, config=config, persisted=True, ledger=ledger)
+    cluster.request(1, 1, operation=REGISTER)
+    cluster.run_until(lambda: cluster.committed(1, 1))
+    for request in range(2, 5):
+        cluster.request(1, request)
+
+        def committed(r: int = request) -> bool:
+            return cluster.committed(1, r)
+
+        cluster.run_until(committed)
+    cluster.request(1, 5, operation=_PURGE)
+    cluster.run_until(lambda: cluster.committed(1, 5) and cluster.converged())
+    primary = cluster.primary()
+    assert primary is not None
+    backup = cluster.nodes[(primary.index + 1) % 3]
+    assert backup.replica.checkpoint_op == 5
+    assert backup.state_machine.log_op_min() == 6
+    cluster.crash(backup.index)
+    backup.log.lose_head(5)  # the checkpoint's own record, cut by recovery
+    cluster.restart(backup.index)
+    assert backup.replica.log_whole  # the state needs nothing below: no backfill
+    for request in range(6, 9):
+        cluster.request(1, request)
+
+        def committed_after(r: int = request) -> bool:
+            return cluster.committed(1, r)
+
+        cluster.run_until(committed_after)
+    cluster.run_until(cluster.converged)
+    assert backup.replica.commit_min == 8
+    for op in range(6, 9):
+        assert backup.log.read(op) is not None
+    cluster.check_safety()
