@@ -72,17 +72,18 @@ def segments(journal_dir: Path) -> list[Path]:
 def _valid_header(raw: bytes) -> tuple[int, int] | None:
     """``(op, body_size)`` of a valid header, else None."""
     fields = _HEADER.unpack(raw)
-    checksum, op, body_size, message_count, version, reserved = (
+    # message_count (field 9) is not checked: a record may hold no message (a
+    # partition's control op: a consumer offset, a purge, a retention).
+    checksum, op, body_size, version, reserved = (
         fields[0],
         fields[3],
         fields[8],
-        fields[9],
         fields[10],
         fields[11],
     )
     if xxhash.xxh3_128_intdigest(raw[16:]).to_bytes(16, "little") != checksum:
         return None
-    if version != 1 or reserved != bytes(30) or op < 1 or message_count < 1:
+    if version != 1 or reserved != bytes(30) or op < 1:
         return None
     if body_size > BODY_SIZE_MAX:
         return None

@@ -22,18 +22,23 @@ def _write_journal(directory: Path, *, segment_size: int = 1 << 20) -> None:
     journal = Journal.open(
         FileStorage(str(directory)), JournalConfig(segment_size_bytes_max=segment_size)
     )
+    offset = 0
     for op in range(1, RECORDS + 1):
         body = bytes([op % 251]) * (50 + op * 7)
+        # Every fifth op holds no message, as a partition's control ops (a consumer
+        # offset, a purge, a retention) are written: the reader must walk past it.
+        count = 0 if op % 5 == 0 else 1
         journal.append(
             body,
             op=op,
             view=1,
             client_id=7,
             request=op,
-            offset=op - 1,
-            message_count=1,
+            offset=offset,
+            message_count=count,
             timestamp_us=1000 + op,
         )
+        offset += count
     journal.sync()
     journal.close()
 
