@@ -206,6 +206,11 @@ TOPIC_CACHE_ENTRIES_MAX: Final = 1024
 
 ASSIGNMENT_CACHE_ENTRIES_MAX: Final = 256
 """Most consumer groups whose assignment to this session is remembered."""
+ASSIGNMENT_RESYNC_S: Final = 1.0
+"""How old a consumer group's cached assignment may get before a group poll syncs it
+again (SYNC_CONSUMER_GROUP): a member learns of partitions a rebalance gave it within
+about this long, without a refusal to tell it (the official SDK syncs on each 5 s
+heartbeat)."""
 
 NO_PARTITION: Final = 0xFFFF_FFFF
 """The partition id of a consumer-group poll reply that asks the member to re-sync."""
@@ -452,6 +457,7 @@ class ClientCore:
         self._balanced_next: dict[tuple[object, object], int] = {}
         self._assignments: OrderedDict[tuple[object, object, object], list[int]] = OrderedDict()
         self._assignment_next: dict[tuple[object, object, object], int] = {}
+        self._assignment_synced_at: dict[tuple[object, object, object], float] = {}
 
     def fork(self, rng: random.Random) -> ClientCore:
         """Another core with the same settings, credentials and roster, and its own
@@ -1309,8 +1315,9 @@ class ClientCore:
         """POLL_MESSAGES.
 
         A consumer-group poll without a partition uses this session's assignment
-        (SYNC_CONSUMER_GROUP once per round over it and whenever it is empty; again when
-        the server answers with the re-sync sentinel), its partitions in turn.
+        (SYNC_CONSUMER_GROUP whenever it is empty or ``ASSIGNMENT_RESYNC_S`` old, as the
+        official SDK syncs on each heartbeat; again when the server answers with the
+        re-sync sentinel), its partitions in turn.
         """
         stream_id, topic_id = to_identifier(stream), to_identifier(topic)
         if not (consumer.is_group and partition_id is None):
@@ -1322,9 +1329,9 @@ class ClientCore:
         group_id = to_identifier(consumer.id)
         key = (stream_id.value, topic_id.value, group_id.value)
         partitions = self._assignments.get(key)
-        turn = self._assignment_next.get(key, 0)
-        if not partitions or turn % len(partitions) == 0:
-            # Sync once per round over the assignment, and whenever it holds nothing: a
+        synced_at = self._assignment_synced_at.get(key)
+        if not partitions or synced_at is None or self._clock() - synced_at >= ASSIGNMENT_RESYNC_S:
+            # Sync whenever the assignment holds nothing, and once it is a while old: a
             # rebalance can give this member partitions (a revocation completed) without
             # any poll of ours being refused, so a cached assignment would never grow.
             partitions = yield from self._sync_assignment(stream_id, topic_id, group_id)
@@ -1351,10 +1358,12 @@ class ClientCore:
         key = (stream_id.value, topic_id.value, group_id.value)
         partitions = list(assignment.partitions)
         self._assignments[key] = partitions
+        self._assignment_synced_at[key] = self._clock()
         self._assignments.move_to_end(key)
         while len(self._assignments) > ASSIGNMENT_CACHE_ENTRIES_MAX:
             evicted, _ = self._assignments.popitem(last=False)
             self._assignment_next.pop(evicted, None)
+            self._assignment_synced_at.pop(evicted, None)
         return partitions
 
     def _poll(
