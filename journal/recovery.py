@@ -16,7 +16,13 @@ Invariants:
    record (or at the segment's start, its op then known from the record before, its own
    header or its index entry), and ends at a valid record of the same segment or at the
    end of a sealed segment whose successor starts with a valid record; that record's op and
-   offset must leave room for at least one record per op in between.
+   offset must leave room for at least one record per op in between, and a region that
+   ends at a record of its own segment must hold a header's bytes per op. A segment's name
+   pins only its first offset, and a sealed segment may end with records of no message:
+   when those never reached the disk, the next segment's first op (from its record or its
+   intact header) says so, and they become a region of no bytes at the end of the sealed
+   segment; when that first record is a write that never arrived, its op is unknown and
+   nothing from there on is bounded (nor durable).
 3. Valid records out of sequence (an op or offset that does not follow) are not something
    a crash produces under the journal's write discipline: recovery refuses with
    :class:`RecoveryError` rather than guess.
@@ -329,23 +335,27 @@ class _Pending:
 
 
 def _close_region(
-    pending: _Pending, header: RecordHeader, position_end: int, *, open_end: bool
+    pending: _Pending, op_after: int, offset_after: int, position_end: int, *, open_end: bool
 ) -> FaultyRegion | None:
-    """Numbers a damaged region by the valid record after it and fills its slots.
+    """Numbers a damaged region by the record after it (its op and offset) and fills its
+    slots.
 
     Returns None if that record cannot follow the region (its op leaves no room for even
-    one record in between, or its offset lies before the region's): then the region is not
-    bounded after all. (Records may hold no message, so the offsets only bound the
-    region's messages, not its records.)
+    one record in between, its offset lies before the region's, or the region's bytes
+    cannot hold a header per op): then the region is not bounded after all. (Records may
+    hold no message, so the offsets only bound the region's messages, not its records; an
+    open-ended region's bytes bound nothing, its true end being unknown.)
     """
-    count = header.op - pending.op_first
-    if count < 1 or header.offset < pending.offset_first:
+    count = op_after - pending.op_first
+    if count < 1 or offset_after < pending.offset_first:
+        return None
+    if not open_end and position_end - pending.position_start < count * RECORD_HEADER_SIZE:
         return None
     region = FaultyRegion(
         op_first=pending.op_first,
-        op_last=header.op - 1,
+        op_last=op_after - 1,
         offset_first=pending.offset_first,
-        offset_end=header.offset,
+        offset_end=offset_after,
         segment_offset_base=pending.plan.scan.offset_base,
         position_start=pending.position_start,
         position_end=position_end,
@@ -390,13 +400,41 @@ def _stitch(scans: list[_Scan]) -> tuple[list[_Plan], list[FaultyRegion]]:
             break  # Records between the two segments are missing: the tail starts here.
         plan = _Plan(scan, offset_next=scan.offset_base)
         plans.append(plan)
+        if pending is None and op_expected is not None and scan.items:
+            # The name only pins the segment's first offset, and the segment before may end
+            # with records of no message: a crash that lost them (never synced; its log
+            # ends where they began) leaves no gap in the offsets. Only this segment's
+            # first op can tell.
+            first = scan.items[0]
+            first_op = first.header.op if isinstance(first, _Valid) else first.header_op
+            if first_op is None and isinstance(first, _Damaged) and first.debris:
+                # A write that never arrived: its op is unknown, and the ops before it
+                # may be in either segment. Nothing from here on is durable: the tail.
+                bounded = False
+                break
+            if first_op is not None and first_op > op_expected:
+                # The lost records: a region of no bytes yet at the end of the segment
+                # before, which their repair writes back.
+                before = plans[-2]
+                lost = _Pending(before, before.size_bytes, op_expected, offset_expected)
+                assert before.size_bytes == before.scan.size
+                lost_region = _close_region(
+                    lost, first_op, scan.offset_base, before.scan.size, open_end=True
+                )
+                assert lost_region is not None  # more ops, the same offset, an open end
+                regions.append(lost_region)
+                op_expected = first_op
+            # Otherwise (a rotted first record whose op is unknown) it was durable, so
+            # every record before it was too and is there: it is op ``op_expected``.
         for item in scan.items:
             if isinstance(item, _Valid):
                 header = item.header
                 if pending is not None:
                     region: FaultyRegion | None = None
                     if pending.plan is plan:
-                        region = _close_region(pending, header, item.position, open_end=False)
+                        region = _close_region(
+                            pending, header.op, header.offset, item.position, open_end=False
+                        )
                     elif (
                         len(plans) >= 2
                         and pending.plan is plans[-2]
@@ -404,7 +442,9 @@ def _stitch(scans: list[_Scan]) -> tuple[list[_Plan], list[FaultyRegion]]:
                         and header.offset == scan.offset_base
                     ):
                         end = pending.plan.scan.size
-                        region = _close_region(pending, header, end, open_end=True)
+                        region = _close_region(
+                            pending, header.op, header.offset, end, open_end=True
+                        )
                     if region is None:
                         bounded = False
                         break

@@ -18,6 +18,8 @@ from journal.index import INDEX_ENTRY_SIZE, parse_entries
 from journal.record import RECORD_HEADER_SIZE, encode_header
 from tests.journal.helpers import (
     Disk,
+    Spec,
+    append,
     append_many,
     assert_journal_holds,
     cut,
@@ -523,3 +525,75 @@ def test_recovery_everything_torn_leaves_an_empty_journal(disk: Disk) -> None:
     assert reopened.op_head == 0
     assert reopened.recovery.segments_removed == (log_name(), index_name())
     assert storage.names() == []
+
+
+# --- Records of no message at the end of a sealed segment ---------------------------------------
+
+
+def _segment_ending_with_records_of_no_message(disk: Disk) -> tuple[Journal, list[Spec]]:
+    """Op 1 holds a message; ops 2..4 hold none and fill segment 0 (600 bytes); op 5, of no
+    message either, starts segment 1 (named 1, as segment 0's offsets end there); op 6
+    holds a message."""
+    journal = disk.open(JournalConfig(segment_size_bytes_max=600))
+    specs = [Spec(1, 0, 1, 1_000, bytes(88))]
+    specs += [Spec(op, 1, 0, 1_000 + op, b"") for op in (2, 3, 4, 5)]
+    specs.append(Spec(6, 1, 1, 1_006, bytes(10)))
+    for spec in specs:
+        append(journal, spec)
+    assert [(info.op_base, info.name) for info in journal.segments()] == [
+        (1, f"{0:020}"),
+        (5, f"{1:020}"),
+    ]
+    journal.close()
+    return journal, specs
+
+
+def test_recovery_lost_records_of_no_message_ending_a_sealed_segment_are_repairable(
+    disk: Disk,
+) -> None:
+    """Ops 3 and 4 never reached segment 0 while segment 1 did: the offsets show no gap
+    (they hold no message), and segment 1's first op tells they are missing. They are kept
+    as a region of no bytes at the end of segment 0, not refused as out of sequence."""
+    _, specs = _segment_ending_with_records_of_no_message(disk)
+    storage = disk.storage()
+    cut(storage, log_name(0), position_of(specs, 3))
+    reopened = Journal.open(storage, JournalConfig(segment_size_bytes_max=600))
+    (region,) = reopened.faulty_regions()
+    assert (region.op_first, region.op_last, region.segment_offset_base) == (3, 4, 0)
+    assert region.position_start == region.position_end == position_of(specs, 3)
+    assert region.open_end
+    reopened.repair(3, specs[2].record())
+    reopened.repair(4, specs[3].record())
+    assert_journal_holds(reopened, specs)
+    reopened.close()
+    assert Journal.open(disk.storage()).recovery.faulty_regions == ()
+
+
+def test_recovery_lost_first_write_of_a_segment_after_records_of_no_message_is_cut(
+    disk: Disk,
+) -> None:
+    """Ops 3..5 never reached the disk, op 6 did: segment 1 starts with a hole. Its op is
+    unknown, and the lost ops may lie in either segment, so no region can be numbered;
+    nothing from the hole on was durable, so it is cut, and called debris."""
+    _, specs = _segment_ending_with_records_of_no_message(disk)
+    storage = disk.storage()
+    cut(storage, log_name(0), position_of(specs, 3))
+    overwrite(storage, log_name(1), 0, bytes(RECORD_HEADER_SIZE))
+    reopened = Journal.open(storage, JournalConfig(segment_size_bytes_max=600))
+    assert_journal_holds(reopened, specs[:2])
+    assert reopened.recovery.tail_debris
+    assert reopened.recovery.segments_removed == (log_name(1), index_name(1))
+
+
+def test_recovery_a_region_of_more_ops_than_its_bytes_hold_is_not_bounded(disk: Disk) -> None:
+    """Segment 1's first record rotted (its op unknown), so it is numbered after segment 0's
+    last record, op 3; op 6 follows it at byte 128, so ops 3..5 would be in 128 bytes:
+    impossible, the numbering is wrong, and the damage is cut rather than kept as a
+    region no record could ever fill."""
+    _, specs = _segment_ending_with_records_of_no_message(disk)
+    storage = disk.storage()
+    cut(storage, log_name(0), position_of(specs, 3))
+    flip(storage, log_name(1), 0)
+    reopened = Journal.open(storage, JournalConfig(segment_size_bytes_max=600))
+    assert_journal_holds(reopened, specs[:2])
+    assert not reopened.recovery.tail_debris
