@@ -220,7 +220,7 @@ def connection_guard(node: Host) -> ConnectionGuard:
     return guard
 
 
-class _AddressSlot:
+class AddressSlot:
     """A connection's place among its address's connections that have not logged in;
     given back once, at login or at close, whichever comes first."""
 
@@ -264,7 +264,7 @@ class Connection:
         context: ConnectionContext,
         *,
         guard: ConnectionGuard | None = None,
-        address_slot: _AddressSlot | None = None,
+        address_slot: AddressSlot | None = None,
     ) -> None:
         self._node = node
         self._stream = stream
@@ -602,7 +602,7 @@ async def serve_connection(
         node.log_refusal(ConnectionContext(address, refusals=guard.refusals), "-", reason)
         await trio.aclose_forcefully(stream)
         return
-    slot = _AddressSlot(guard.unauthenticated, host)
+    slot = AddressSlot(guard.unauthenticated, host)
     try:
         await _serve_admitted(node, stream, address, guard, slot, websocket=websocket)
     finally:
@@ -646,7 +646,7 @@ async def _serve_admitted(
     stream: trio.abc.Stream,
     address: str,
     guard: ConnectionGuard,
-    slot: _AddressSlot,
+    slot: AddressSlot,
     *,
     websocket: bool,
 ) -> None:

@@ -7,7 +7,13 @@ decides every answer, through the node's own request handling.
 Invariants:
 
 1. Connections count against ``limits.connections_max`` together with the TCP ones
-   (``Node.connection_opened``); one more is closed as it is accepted.
+   (``Node.connection_opened``); one more is closed as it is accepted. Until one of its
+   requests carries a valid token or logs in, a connection counts besides among its
+   address's connections that have not logged in, in the table the TCP listener uses
+   (``limits.unauthenticated_connections_per_address_max``; one more is closed as it is
+   accepted), and it is closed once ``limits.login_timeout_s`` have passed since it was
+   accepted (the request in hand is answered first; it may be the login). Public routes
+   (ping, metrics, login) are served meanwhile but do not extend that time.
 2. Bounded memory: a request head is at most ``HEAD_SIZE_MAX`` bytes (431 beyond it); a
    body at most ``limits.frame_size_bytes_max`` (413, then the connection is closed,
    before the body is read when its length is declared); a request without a valid
@@ -38,8 +44,9 @@ import h11
 import trio
 
 from broker.core.admission import UNAUTHENTICATED_FRAME_SIZE_MAX
+from broker.core.connections import ConnectionContext
 from broker.runtime.config import Config
-from broker.runtime.connection import ConnectionGuard
+from broker.runtime.connection import AddressSlot, ConnectionGuard
 from broker.runtime.http_api import ApiRequest, ApiResponse, HttpApi, parse_query
 from broker.runtime.stats import NodeCounters
 
@@ -61,6 +68,8 @@ class HttpHost(Protocol):
 
     def connection_opened(self) -> bool: ...
 
+    def log_refusal(self, context: ConnectionContext, command: str, reason: str) -> None: ...
+
 
 class _Closed(Exception):
     """The connection is over (the client left, timed out or broke the protocol)."""
@@ -75,6 +84,8 @@ class HttpConnection:
         stream: The client's byte stream.
         address: The client's ``ip:port``.
         guard: The node's connection guard (its incoming byte budget).
+        slot: The connection's place among its address's connections that have not
+            logged in; given back at its first authenticated request.
     """
 
     def __init__(
@@ -84,8 +95,12 @@ class HttpConnection:
         stream: trio.abc.Stream,
         address: str,
         guard: ConnectionGuard,
+        slot: AddressSlot,
     ) -> None:
         self._host = host
+        self._slot = slot
+        self._authenticated = False
+        self._login_deadline = trio.current_time() + host.config.limits.login_timeout_s
         self._api = api
         self._stream = stream
         self._address = address
@@ -139,12 +154,26 @@ class HttpConnection:
             log.info("closing HTTP connection %s: request timed out", self._address)
             raise _Closed
 
+    def _login_expired(self) -> bool:
+        if self._authenticated or trio.current_time() < self._login_deadline:
+            return False
+        self._host.counters.connections_dropped += 1
+        timeout = f"{self._limits.login_timeout_s:g}"
+        log.info("closing HTTP connection %s: not logged in within %s s", self._address, timeout)
+        return True
+
     async def _one_request(self) -> None:
         limits = self._limits
+        if self._login_expired():
+            raise _Closed
         # Idle until the first byte of a request, then the whole request within the
-        # frame read time (invariant 3).
+        # frame read time (invariant 3); before login, no later than the login deadline
+        # (invariant 1).
         if not self._h11.trailing_data[0]:
-            with trio.move_on_after(limits.idle_timeout_s):
+            idle_deadline = trio.current_time() + limits.idle_timeout_s
+            if not self._authenticated:
+                idle_deadline = min(idle_deadline, self._login_deadline)
+            with trio.move_on_at(idle_deadline):
                 try:
                     data = await self._stream.receive_some(RECEIVE_BYTES_MAX)
                 except _LINK_ERRORS:
@@ -154,6 +183,7 @@ class HttpConnection:
                 self._host.counters.bytes_received += len(data)
                 self._h11.receive_data(bytes(data))
             if self._h11.their_state is h11.IDLE and not self._h11.trailing_data[0]:
+                self._login_expired()  # logs why, if that is why
                 raise _Closed  # idle: nothing arrived in time
         deadline = trio.current_time() + limits.frame_read_timeout_s
         event = await self._next_event(deadline)
@@ -211,6 +241,9 @@ class HttpConnection:
                 ),
             )
             answer = await self._api.answer(request)
+            if request.authenticated and not self._authenticated:
+                self._authenticated = True
+                self._slot.release()
             if self._closing:
                 answer.headers.append((b"connection", b"close"))
             await self._send(answer)
@@ -306,6 +339,32 @@ async def serve_http_connection(
     """Serve one accepted HTTP connection until it ends; it is in ``open_connections``
     meanwhile (so the node can shut it down)."""
     address = peer_address(stream)
+    client_host = address.rpartition(":")[0] or address
+    if not guard.unauthenticated.admit(client_host):
+        # One address cannot fill the node with connections that never log in, over HTTP
+        # as over TCP (invariant 1).
+        host.counters.connections_refused += 1
+        limit = guard.unauthenticated.per_address_max
+        reason = f"connection refused: {limit} connections of this address have not logged in"
+        host.log_refusal(ConnectionContext(address, refusals=guard.refusals), "-", reason)
+        await trio.aclose_forcefully(stream)
+        return
+    slot = AddressSlot(guard.unauthenticated, client_host)
+    try:
+        await _serve_admitted(host, api, stream, address, guard, slot, open_connections)
+    finally:
+        slot.release()
+
+
+async def _serve_admitted(
+    host: HttpHost,
+    api: HttpApi,
+    stream: trio.abc.Stream,
+    address: str,
+    guard: ConnectionGuard,
+    slot: AddressSlot,
+    open_connections: set[Any],
+) -> None:
     try:
         if isinstance(stream, trio.SSLStream):
             with trio.move_on_after(host.config.limits.frame_read_timeout_s) as scope:
@@ -316,7 +375,7 @@ async def serve_http_connection(
                     return
             if scope.cancelled_caught:
                 return
-        connection = HttpConnection(host, api, stream, address, guard)
+        connection = HttpConnection(host, api, stream, address, guard, slot)
         open_connections.add(connection)
         try:
             await connection.run()

@@ -200,6 +200,9 @@ class ApiRequest:
     params: dict[str, str] = field(default_factory=dict)
     claims: TokenClaims | None = None
     """The verified token, once a route that needs one checked it."""
+    authenticated: bool = False
+    """A valid token came with the request, or the request logged in: its connection
+    no longer counts as one that has not logged in (``broker.runtime.http``)."""
 
     def json(self) -> dict[str, Any]:
         """The body as a JSON object (400 otherwise)."""
@@ -391,9 +394,11 @@ class HttpApi:
         if scheme.lower() != "bearer" or not token.strip():
             raise unauthenticated("the Authorization header is not a bearer token")
         try:
-            return self.tokens.verify(token.strip(), int(time.time()))
+            claims = self.tokens.verify(token.strip(), int(time.time()))
         except TokenError as error:
             raise unauthenticated(error.reason) from None
+        request.authenticated = True
+        return claims
 
     async def call(
         self, request: ApiRequest, code: CommandCode, body: wire.Buffer
@@ -445,6 +450,7 @@ class HttpApi:
             raise ApiError(
                 401, int(IggyErrorCode.INVALID_CREDENTIALS), "invalid_credentials", "login refused"
             )
+        request.authenticated = True
         return self.identity(payload.user_id, client_id, payload.session)
 
     def identity(self, user_id: int, client_id: int, session: int) -> ApiResponse:

@@ -34,7 +34,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -45,8 +45,27 @@ from broker.runtime.stats import REQUEST_SECONDS_BUCKETS, GroupCounters, NodeCou
 from sdk.wire import EvictionReason, IggyErrorCode
 
 if TYPE_CHECKING:
+    from broker.runtime.config import Config
+    from broker.runtime.disk import DiskGuard
+    from broker.runtime.flush import Flusher
     from broker.runtime.group import GroupHost
-    from broker.runtime.node import Node
+    from broker.runtime.stats import RequestCounters
+
+
+class Node(Protocol):
+    """What a scrape reads of a node (``broker.runtime.node.Node`` is one). A protocol,
+    not the class, so this module does not import the node that serves it."""
+
+    config: Config
+    counters: NodeCounters
+    requests: RequestCounters
+    started_at: float
+    groups: dict[int, GroupHost]
+    disk: DiskGuard
+    flusher: Flusher
+    metadata: GroupHost
+    connections: int
+
 
 PREFIX: Final = "viewstream_"
 GROUP_LABELS: Final = ("group",)

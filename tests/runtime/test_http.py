@@ -540,6 +540,97 @@ def test_http_connections_count_against_the_nodes_connection_limit(tmp_path: Pat
         node.kill()
 
 
+def _closed_by_node(sock: socket.socket) -> bool:
+    """Whether the node closes ``sock`` (read to its end) before the socket's timeout."""
+    try:
+        while sock.recv(65536):
+            pass
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+    return True
+
+
+def _ping(sock: socket.socket) -> bytes:
+    sock.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+    return sock.recv(4096)
+
+
+def test_http_connections_without_a_token_count_per_address_and_a_login_frees_a_place(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    node = start_node(
+        tmp_path / "data",
+        env={
+            "VIEWSTREAM_HTTP_ADDRESS": f"127.0.0.1:{port}",
+            "VIEWSTREAM_LIMITS__UNAUTHENTICATED_CONNECTIONS_PER_ADDRESS_MAX": "2",
+            "VIEWSTREAM_LIMITS__LOGIN_TIMEOUT_S": "300",
+            "VIEWSTREAM_LOG_LEVEL": "info",
+        },
+    )
+    try:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=30) as first,
+            socket.create_connection(("127.0.0.1", port), timeout=30) as second,
+        ):
+            # Two connections of this address have not logged in (a ping needs no token):
+            # the next one of the address is closed as it is accepted, HTTP or TCP.
+            assert _ping(first).startswith(b"HTTP/1.1 200")
+            assert _ping(second).startswith(b"HTTP/1.1 200")
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as third:
+                third.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert _closed_by_node(third)
+            with socket.create_connection(("127.0.0.1", node.port), timeout=30) as tcp:
+                assert _closed_by_node(tcp)
+            # A login on the first frees its place: a new connection is served.
+            body = json.dumps({"username": "iggy", "password": ROOT_PASSWORD}).encode()
+            head = (
+                "POST /users/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n"
+            )
+            first.sendall(head.encode() + body)
+            assert first.recv(65536).startswith(b"HTTP/1.1 200")
+            assert request(port, "GET", "/ping") == (200, "pong")
+        assert any("have not logged in" in line for line in node.output), node.output
+    finally:
+        node.kill()
+
+
+def test_an_http_connection_that_never_logs_in_is_closed_after_the_login_timeout(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    node = start_node(
+        tmp_path / "data",
+        env={
+            "VIEWSTREAM_HTTP_ADDRESS": f"127.0.0.1:{port}",
+            "VIEWSTREAM_LIMITS__LOGIN_TIMEOUT_S": "1",
+            "VIEWSTREAM_LOG_LEVEL": "info",
+        },
+    )
+    try:
+        token = login(port)["access_token"]["token"]
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=30) as anonymous,
+            socket.create_connection(("127.0.0.1", port), timeout=30) as holder,
+        ):
+            # Public routes are served before login, but do not keep the connection.
+            assert _ping(anonymous).startswith(b"HTTP/1.1 200")
+            authorized = f"GET /stats HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n"
+            holder.sendall(authorized.encode())
+            assert holder.recv(65536).startswith(b"HTTP/1.1 200")
+            assert _closed_by_node(anonymous)
+            # The connection whose request carried a token stays (idle timeout: 300 s).
+            time.sleep(1.5)
+            holder.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert holder.recv(65536).startswith(b"HTTP/1.1 200")
+        assert any("not logged in within 1 s" in line for line in node.output), node.output
+    finally:
+        node.kill()
+
+
 def test_a_snapshot_is_a_zip_of_the_sections_asked(http_node: tuple[NodeProcess, int]) -> None:
     _, port = http_node
     token = login(port)["access_token"]["token"]

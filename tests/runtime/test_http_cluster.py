@@ -19,9 +19,8 @@ import pytest
 from apache_iggy import Consumer, IggyClient, PollingStrategy, SendMessage
 
 from broker.cli.cluster import ClusterLayout, start_cluster
-from tests.runtime.processes import ROOT_PASSWORD, free_port
+from tests.runtime.processes import ROOT_PASSWORD, cluster_layout
 from tests.runtime.test_http import login, payloads, request
-from tests.runtime.test_interop_cluster import _port_free, _ports
 from tests.runtime.test_interop_node import run
 
 TICK_MS = 5
@@ -32,11 +31,7 @@ _T = TypeVar("_T")
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterLayout]:
     folder: Path = tmp_path_factory.mktemp("http-cluster")
-    layout = ClusterLayout(folder, 3, free_port(), free_port(), free_port())
-    for _ in range(5):
-        if all(_port_free(p) for p in _ports(layout)):
-            break
-        layout = ClusterLayout(folder, 3, free_port(), free_port(), free_port())
+    layout = cluster_layout(folder, 3)
     processes = start_cluster(layout, root_password=ROOT_PASSWORD, tick_ms=TICK_MS, echo=False)
     try:
         yield layout

@@ -37,7 +37,7 @@ from broker.cli.cluster import (
 )
 from sdk import wire
 from sdk.wire import CommandCode, IggyErrorCode
-from tests.runtime.processes import ROOT_PASSWORD, free_port
+from tests.runtime.processes import ROOT_PASSWORD, cluster_layout
 from tests.runtime.test_interop_node import run
 from tests.wire_client import WireClient
 
@@ -58,13 +58,7 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     folder: Path = tmp_path_factory.mktemp("cluster")
-    base, bus = free_port(), free_port()
-    # Three consecutive free ports are not guaranteed; pick bases far apart and retry.
-    layout = ClusterLayout(folder, 3, base, bus, free_port())
-    for _ in range(5):
-        if all(_port_free(p) for p in _ports(layout)):
-            break
-        layout = ClusterLayout(folder, 3, free_port(), free_port(), free_port())
+    layout = cluster_layout(folder, 3)
     processes = start_cluster(layout, root_password=ROOT_PASSWORD, tick_ms=TICK_MS, echo=False)
     try:
         yield Cluster(layout, processes)

@@ -31,13 +31,11 @@ from broker.cli.cluster import (
 )
 from sdk import wire
 from sdk.wire import CommandCode
-from tests.runtime.processes import ROOT_PASSWORD, free_port
+from tests.runtime.processes import ROOT_PASSWORD, cluster_layout
 from tests.runtime.test_interop_cluster import (
     TICK_MS,
     Cluster,
     _poll_until,
-    _port_free,
-    _ports,
     _send_until_acked,
     _wire_login,
     start_cluster_node,
@@ -73,11 +71,7 @@ LOG_WAIT_S = 10.0
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     folder: Path = tmp_path_factory.mktemp("tls-cluster")
-    layout = ClusterLayout(folder, 3, free_port(), free_port(), free_port(), bus_tls=True)
-    for _ in range(5):
-        if all(_port_free(p) for p in _ports(layout)):
-            break
-        layout = ClusterLayout(folder, 3, free_port(), free_port(), free_port(), bus_tls=True)
+    layout = cluster_layout(folder, 3, bus_tls=True)
     try:
         processes = start_cluster(layout, root_password=ROOT_PASSWORD, tick_ms=TICK_MS, echo=False)
     except RuntimeError as error:

@@ -23,8 +23,8 @@ import pytest
 from apache_iggy import Consumer, IggyClient, PollingStrategy, SendMessage
 
 from broker.cli.cluster import ClusterLayout, start_cluster
-from tests.runtime.processes import ROOT_PASSWORD, free_port
-from tests.runtime.test_interop_cluster import _port_free, _ports, start_cluster_node
+from tests.runtime.processes import ROOT_PASSWORD, cluster_layout
+from tests.runtime.test_interop_cluster import start_cluster_node
 from tests.runtime.test_retention import run
 
 TICK_MS: Final = 5
@@ -53,11 +53,7 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     folder: Path = tmp_path_factory.mktemp("retention-cluster")
-    layout = ClusterLayout(folder, NODES, free_port(), free_port(), free_port())
-    for _ in range(5):
-        if all(_port_free(p) for p in _ports(layout)):
-            break
-        layout = ClusterLayout(folder, NODES, free_port(), free_port(), free_port())
+    layout = cluster_layout(folder, NODES)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("VIEWSTREAM_RETENTION_INTERVAL_S", "1")
         processes = start_cluster(layout, root_password=ROOT_PASSWORD, tick_ms=TICK_MS, echo=False)

@@ -21,12 +21,10 @@ from typing import Any, Final
 import pytest
 from apache_iggy import AutoLogin, HeaderKey, HeaderValue, IggyClient, TcpConfig
 
-from bench.chaos.nodes import pick_ports
 from broker.cli.cluster import ClusterLayout, start_cluster
 from sdk import wire
 from sdk.wire import CommandCode, EvictionReason, IggyErrorCode
-from tests.runtime.processes import ROOT_PASSWORD
-from tests.runtime.test_interop_cluster import _port_free
+from tests.runtime.processes import ROOT_PASSWORD, cluster_layout
 from tests.runtime.test_interop_node import run
 from tests.wire_client import WireClient
 
@@ -49,7 +47,7 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     folder: Path = tmp_path_factory.mktemp("tokens-options-cluster")
-    layout = ClusterLayout(folder, NODES, _base_port(), _base_port(), _base_port())
+    layout = cluster_layout(folder, NODES)
     processes = start_cluster(layout, root_password=ROOT_PASSWORD, tick_ms=TICK_MS, echo=False)
     try:
         yield Cluster(layout, processes)
@@ -58,16 +56,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             if process.poll() is None:
                 process.kill()
             process.wait(timeout=20)
-
-
-def _base_port() -> int:
-    """The first of ``NODES`` consecutive ports that bind now, below the kernel's
-    ephemeral range (a node's outgoing bus connection cannot take a later node's port)."""
-    for _ in range(200):
-        [base] = pick_ports(1)
-        if all(_port_free(base + i) for i in range(1, NODES)):
-            return base
-    raise AssertionError(f"no {NODES} consecutive free ports")
 
 
 def _root(address: str) -> WireClient:

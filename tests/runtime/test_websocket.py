@@ -35,7 +35,7 @@ from wsproto.events import (
     TextMessage,
 )
 
-from broker.cli.cluster import ClusterLayout, start_cluster
+from broker.cli.cluster import start_cluster
 from sdk import wire
 from sdk.wire import (
     NEED_MORE_BYTES,
@@ -44,7 +44,13 @@ from sdk.wire import (
     build_request_frame,
     read_reply,
 )
-from tests.runtime.processes import ROOT_PASSWORD, NodeProcess, free_port, start_node
+from tests.runtime.processes import (
+    ROOT_PASSWORD,
+    NodeProcess,
+    cluster_layout,
+    free_port,
+    start_node,
+)
 from tests.runtime.test_interop_node import run
 
 TICK_MS = 5
@@ -101,16 +107,7 @@ def _port_free(port: int) -> bool:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     folder: Path = tmp_path_factory.mktemp("ws-cluster")
-
-    def layout() -> ClusterLayout:
-        return ClusterLayout(folder, 3, free_port(), free_port(), ws_base_port=free_port())
-
-    chosen = layout()
-    for _ in range(5):  # three consecutive free ports per listener are not guaranteed
-        ports = chosen.client_addresses + chosen.bus_addresses + chosen.ws_addresses
-        if all(_port_free(int(a.rpartition(":")[2])) for a in ports):
-            break
-        chosen = layout()
+    chosen = cluster_layout(folder, 3, ws=True)
     processes = start_cluster(chosen, root_password=ROOT_PASSWORD, tick_ms=TICK_MS, echo=False)
     try:
         yield Target(chosen.client_addresses, chosen.ws_addresses)

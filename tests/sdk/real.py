@@ -14,7 +14,6 @@ its replica of a group is primary, in which view and with which status.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from broker.cli.cluster import (
 )
 from broker.core.handlers import RUNTIME_STATS_CODE
 from sdk import wire
-from tests.runtime.processes import ROOT_PASSWORD, free_port
+from tests.runtime.processes import ROOT_PASSWORD, cluster_layout
 from tests.wire_client import WireClient
 
 TICK_MS: Final = 5
@@ -69,25 +68,6 @@ def runtime_stats(address: str, timeout_s: float = STATS_TIMEOUT_S) -> dict[str,
         return report
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def _layout(folder: Path, nodes: int) -> ClusterLayout:
-    """A layout whose client and bus ports are all free right now."""
-    for _ in range(PORT_TRIES):
-        layout = ClusterLayout(folder, nodes, free_port(), free_port(), free_port())
-        ports = [int(a.rpartition(":")[2]) for a in layout.client_addresses + layout.bus_addresses]
-        if len(set(ports)) == len(ports) and all(_port_free(p) for p in ports):
-            return layout
-    raise AssertionError("no free consecutive ports for a cluster")
-
-
 @dataclass
 class RealCluster:
     """A running local cluster whose nodes can be killed and restarted."""
@@ -98,7 +78,7 @@ class RealCluster:
 
     @classmethod
     def start(cls, folder: Path, nodes: int = 3) -> RealCluster:
-        layout = _layout(folder, nodes)
+        layout = cluster_layout(folder, nodes)
         processes = start_cluster(layout, root_password=ROOT_PASSWORD, tick_ms=TICK_MS, echo=False)
         return cls(layout, processes)
 
