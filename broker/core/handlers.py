@@ -562,6 +562,12 @@ def _login(node: Node, request: Request, frame: Frame) -> Flow:
             server_protocol_version_min=PROTOCOL_VERSION_MIN,
         )
         return Response([eviction], close=True)
+    # Credentials are judged on metadata that holds every change acknowledged before the
+    # login arrived, wherever it was made (a deleted token, a new password, a removed
+    # user): a confirmed read index, as for any fresh read (``broker.core.reads``).
+    seen = request.rules.must_see(request.context, METADATA_GROUP)
+    if not (yield ReadBarrier(METADATA_GROUP, seen, True)):
+        return _refused(node, header, TRANSIENT)
     machine = node.metadata_machine()
     if machine is None or not machine.state.users():
         # A new cluster whose root user is not committed yet: try again shortly.
