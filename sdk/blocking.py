@@ -11,6 +11,9 @@ Invariants (as for the trio driver):
    the TLS handshake included, is the connect timeout.
 4. With ``tls`` set every socket is an ``ssl.SSLSocket`` that verified the node's
    certificate and name (``sdk._tls``) before the first frame is sent.
+5. Used as ``with``, a client with ``heartbeat_interval_s`` keeps a daemon thread that
+   pings every connection that carried nothing for that interval, under the same lock as
+   the calls (so never beside one), and stops at ``close``.
 """
 
 from __future__ import annotations
@@ -101,13 +104,16 @@ def _wall_clock_us() -> int:
 class _Connection:
     """One socket to one node and the decoder of what it sends."""
 
-    __slots__ = ("decoder", "sock")
+    __slots__ = ("decoder", "sock", "used_at")
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.decoder = FrameDecoder()
+        self.used_at = time.monotonic()
+        """When a frame last went out on it (the heartbeat pings it after a silence)."""
 
     def exchange(self, address: NodeAddress, frame: bytes | bytearray, deadline: float) -> Frame:
+        self.used_at = time.monotonic()
         self.sock.settimeout(max(deadline - time.monotonic(), 0.001))
         self.sock.sendall(frame)
         while True:
@@ -152,6 +158,8 @@ class Client:
         self._connections: dict[NodeAddress, _Connection] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._heartbeat: threading.Thread | None = None
+        self._heartbeat_stop = threading.Event()
 
     @classmethod
     def from_connection_string(cls, connection_string: str, **settings: object) -> Client:
@@ -277,8 +285,25 @@ class Client:
             assert credentials is not None
             self._run(self._core.login_with(credentials))
 
+    def _heartbeats(self) -> None:
+        """Ping every node whose connection carried nothing for a heartbeat interval,
+        until the client closes (as the async client's heartbeat task). A failed ping
+        only drops that connection; the next call dials again."""
+        interval = self.config.heartbeat_interval_s
+        while not self._heartbeat_stop.wait(interval / 2):
+            with self._lock:
+                if self._closed:
+                    return
+                now = time.monotonic()
+                for address, connection in list(self._connections.items()):
+                    if now - connection.used_at < interval:
+                        continue
+                    with contextlib.suppress(Exception):
+                        self._drive(self._core.heartbeat(address), None)
+
     def close(self) -> None:
         """Log out (best effort, bounded) and close every connection. Idempotent."""
+        self._heartbeat_stop.set()
         if self._closed:
             return
         if self._core.session.logged_in:
@@ -291,9 +316,17 @@ class Client:
             self._closed = True
             for address in list(self._connections):
                 self._drop(address)
+        heartbeat, self._heartbeat = self._heartbeat, None
+        if heartbeat is not None and heartbeat is not threading.current_thread():
+            heartbeat.join(timeout=self.config.request_timeout_s + CLOSE_TIMEOUT_S)
 
     def __enter__(self) -> Client:
         self.connect()
+        if self.config.heartbeat_interval_s > 0 and self._heartbeat is None:
+            self._heartbeat = threading.Thread(
+                target=self._heartbeats, name="viewstream-heartbeat", daemon=True
+            )
+            self._heartbeat.start()
         return self
 
     def __exit__(

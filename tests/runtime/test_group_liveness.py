@@ -18,7 +18,7 @@ import pytest
 import trio
 from apache_iggy import AutoCommit, IggyClient, PollingStrategy
 
-from sdk import wire
+from sdk import Client, wire
 from sdk.client import AsyncClient
 from sdk.types import ConsumerRef
 from sdk.wire import CommandCode, EvictionReason
@@ -289,6 +289,26 @@ def test_our_sdk_keeps_its_session_with_its_heartbeat(fast_heartbeat_node: NodeP
 
     before, after = trio.run(scenario)
     assert before == after  # the same session: never evicted
+
+
+def test_our_blocking_sdk_keeps_its_session_with_its_heartbeat(
+    fast_heartbeat_node: NodeProcess,
+) -> None:
+    """The blocking client's heartbeat thread keeps a member that makes no call; one
+    without a heartbeat (interval 0) is evicted as stale, and its partition moves."""
+    address = fast_heartbeat_node.address
+    url = node_url(address)
+    with (
+        Client.from_connection_string(url, heartbeat_interval_s=HEARTBEAT_INTERVAL_S / 4) as kept,
+        Client.from_connection_string(url, heartbeat_interval_s=0) as silent,
+    ):
+        kept.join_consumer_group(STREAM, TOPIC, GROUP)
+        silent.join_consumer_group(STREAM, TOPIC, GROUP)
+        session = kept.session
+        time.sleep(4 * HEARTBEAT_INTERVAL_S)
+        assignment = kept.sync_consumer_group(STREAM, TOPIC, GROUP)
+        assert assignment is not None and assignment.partitions == (0, 1)
+        assert kept.session == session  # the same session: never evicted
 
 
 def test_the_official_sdk_keeps_its_session_with_its_heartbeat(tmp_path: Path) -> None:
