@@ -296,6 +296,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0005,
         help="wait after an empty poll (default: 0.5ms)",
     )
+    g.add_argument(
+        "--processes",
+        type=int,
+        help="load processes the actors are dealt to (default: the number of cores, at "
+        "most the number of actors; actors sharing a stream stay in one process)",
+    )
     g.add_argument("-q", "--quiet", action="store_true", help="no live progress display")
 
     commands = parser.add_subparsers(dest="command", metavar="<kind>", required=True)
@@ -376,6 +382,7 @@ def params_from_args(args: argparse.Namespace) -> BenchParams:
         sdk=SdkChoice(args.sdk),
         seed=args.seed,
         poll_interval_s=args.poll_interval,
+        processes=args.processes,
         output_dir=output_dir,
         identifier=getattr(args, "identifier", None),
         remark=getattr(args, "remark", None),

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from bench.load.metrics import MB, latency_summary
+from bench.load.servers import process_cpu_s
 
 __all__ = ["CeilingResult", "FsyncResult", "fsync_latency", "loopback_ceiling"]
 
@@ -43,7 +44,13 @@ IO_TIMEOUT_S: Final = 30.0
 
 @dataclass(frozen=True, slots=True)
 class CeilingResult:
-    """Throughput and per-frame round-trip latency of the raw loopback path."""
+    """Throughput, per-frame round-trip latency and CPU of the raw loopback path.
+
+    ``server_cpu_s`` is the server process's CPU over the frames (see
+    ``bench.load.servers.process_cpu_s``), ``client_cpu_s`` the client threads' own
+    (``time.thread_time``), both summed over the connections; ``None`` in results
+    measured before they were recorded.
+    """
 
     frame_bytes: int
     connections: int
@@ -54,6 +61,20 @@ class CeilingResult:
     p50_ms: float
     p99_ms: float
     avg_ms: float
+    server_cpu_s: float | None = None
+    client_cpu_s: float | None = None
+
+    @property
+    def server_us_per_frame(self) -> float | None:
+        if self.server_cpu_s is None:
+            return None
+        return self.server_cpu_s / (self.frames * self.connections) * 1e6
+
+    @property
+    def client_us_per_frame(self) -> float | None:
+        if self.client_cpu_s is None:
+            return None
+        return self.client_cpu_s / (self.frames * self.connections) * 1e6
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -131,10 +152,20 @@ def serve(directory: Path, sync: bool) -> None:
 
 
 def loopback_ceiling(
-    frame_bytes: int, connections: int, frames: int, *, sync: bool = False
+    frame_bytes: int,
+    connections: int,
+    frames: int,
+    *,
+    sync: bool = False,
+    body: bytes | None = None,
 ) -> CeilingResult:
     """Send ``frames`` frames of ``frame_bytes`` on each of ``connections`` connections
-    to a file-appending server process; lock-step per connection."""
+    to a file-appending server process; lock-step per connection.
+
+    Args:
+        body: The frame's body (``frame_bytes`` long); random bytes when ``None``.
+    """
+    assert body is None or len(body) == frame_bytes
     with tempfile.TemporaryDirectory(prefix="viewstream-ceiling-") as folder:
         server = subprocess.Popen(
             [sys.executable, "-m", "bench.load.ceiling", "serve", folder, "sync" if sync else "-"],
@@ -147,7 +178,10 @@ def loopback_ceiling(
             line = _readline_with_timeout(server, START_TIMEOUT_S)
             port = int(line)
             latencies: list[list[float]] = [[] for _ in range(connections)]
-            frame = LENGTH.pack(frame_bytes) + os.urandom(frame_bytes)
+            thread_cpu_s = [0.0] * connections
+            frame = LENGTH.pack(frame_bytes) + (
+                body if body is not None else os.urandom(frame_bytes)
+            )
             barrier = threading.Barrier(connections + 1)
             errors: list[BaseException] = []
 
@@ -158,12 +192,14 @@ def loopback_ceiling(
                         ack = bytearray(len(ACK))
                         barrier.wait(timeout=IO_TIMEOUT_S)
                         out = latencies[index]
+                        cpu_started = time.thread_time()
                         for _ in range(frames):
                             started = time.perf_counter()
                             s.sendall(frame)
                             if not _recv_exactly(s, memoryview(ack)):
                                 raise ConnectionError("the ceiling server closed the connection")
                             out.append(time.perf_counter() - started)
+                        thread_cpu_s[index] = time.thread_time() - cpu_started
                 except BaseException as error:
                     errors.append(error)
                     barrier.abort()
@@ -171,11 +207,13 @@ def loopback_ceiling(
             threads = [threading.Thread(target=client, args=(i,)) for i in range(connections)]
             for thread in threads:
                 thread.start()
+            server_cpu_started = process_cpu_s(server.pid)
             barrier.wait(timeout=IO_TIMEOUT_S)
             started = time.perf_counter()
             for thread in threads:
                 thread.join(IO_TIMEOUT_S * frames)
             seconds = time.perf_counter() - started
+            server_cpu_ended = process_cpu_s(server.pid)
             if errors:
                 raise errors[0]
         finally:
@@ -200,6 +238,12 @@ def loopback_ceiling(
         p50_ms=summary.p50,
         p99_ms=summary.p99,
         avg_ms=summary.avg,
+        server_cpu_s=(
+            None
+            if server_cpu_started is None or server_cpu_ended is None
+            else server_cpu_ended - server_cpu_started
+        ),
+        client_cpu_s=sum(thread_cpu_s),
     )
 
 
