@@ -169,6 +169,7 @@ class Range:
 
 
 _BYTE_SIZE: Final = TypeAdapter(ByteSize)
+_SIZE_SHAPE: Final = re.compile(r"\s*\d+(?:\.\d+)?\s*[A-Za-z]*\s*")
 _DURATION_UNITS: Final[dict[str, float]] = {
     "us": 1e-6,
     "µs": 1e-6,
@@ -188,10 +189,14 @@ def parse_size_bytes(text: str) -> int:
     Raises:
         ParamsError: not a size.
     """
-    try:
-        return int(_BYTE_SIZE.validate_python(text.strip()))
-    except ValidationError:
-        raise ParamsError(f"not a size: {text!r} (examples: 1000, 64KB, 1MiB, 10GB)") from None
+    # ByteSize reads the longest number it can at the start and ignores what follows
+    # ("1.5.5" -> 1), so the whole text must have the shape of one size first.
+    if _SIZE_SHAPE.fullmatch(text) is not None:
+        try:
+            return int(_BYTE_SIZE.validate_python(text.strip()))
+        except ValidationError:
+            pass
+    raise ParamsError(f"not a size: {text!r} (examples: 1000, 64KB, 1MiB, 10GB)")
 
 
 def format_size(size_bytes: int) -> str:
