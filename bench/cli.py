@@ -50,12 +50,12 @@ Examples (each one command; --embedded starts and stops its own server):
   # one node started by the bench, 4 producers, 1 KB x 250 messages, 200 batches each
   viewstream-bench --embedded single -m 1000 -P 250 -b 200 pp -p 4
 
-  # 16 producers dealt to 4 load processes (default: one per core, at most one per stream)
-  viewstream-bench --embedded single --processes 4 -m 1000 -P 250 -b 100 pp -p 16
-
   # the same on a 3-node cluster with fsynced (persisted) topics, and a report folder
   viewstream-bench --embedded cluster --durability persisted -m 1000 -P 250 -b 200 \\
       pp -p 4 tcp output --output-dir performance_results
+
+  # 16 producers dealt to 4 load processes (default: one per core, at most one per stream)
+  viewstream-bench --embedded single --processes 4 -m 1000 -P 250 -b 100 pp -p 16
 
   # 4 consumers reading what the bench wrote first (warm), 10 s of warmup
   viewstream-bench --embedded single -P 250 -b 200 -w 10s pc -c 4
