@@ -912,7 +912,7 @@ def _prose(m: Measured) -> list[str]:
         "not moving bytes. From 1 to 1000 messages per batch the median grows by about "
         f"{_fmt(per_message_us, 1)} µs per message, so batching spreads the fixed cost "
         "over the messages: throughput rises with the batch length much faster than "
-        "latency does. That per-message cost is also why the first target is missed: "
+        "latency does. That per-message cost is also why the raw-ceiling target is missed: "
         f"250 messages cost about {_fmt(per_batch_ms, 2)} ms of per-message work per "
         f"batch, against {_fmt(ceiling4_p50, 2)} ms for the raw path to move the same "
         f"250 KB ({_fmt(ceiling4)} MB/s with 4 connections); the raw path does no "
