@@ -8,7 +8,8 @@ performance page can say how far from the machine each mode is.
   takes ``connections`` TCP connections on 127.0.0.1; each frame is a 4-byte length and
   a body; the server appends the body to a file per connection (and with ``sync``
   fdatasyncs it) and answers 8 bytes. The clients (threads of this process, one per
-  connection) send ``frames`` frames each, one in flight at a time. No parsing, no
+  connection) send one unmeasured frame each, then ``frames`` measured frames each, one
+  in flight at a time. No parsing, no
   checksums, no consensus: only the kernel's socket and page-cache (or disk) paths.
 * :func:`fsync_latency`: append ``block_bytes`` to a file and fdatasync, ``count``
   times, in a fresh file in ``directory``.
@@ -182,7 +183,12 @@ def loopback_ceiling(
             frame = LENGTH.pack(frame_bytes) + (
                 body if body is not None else os.urandom(frame_bytes)
             )
-            barrier = threading.Barrier(connections + 1)
+            server_cpu: list[float | None] = []
+            # The barrier's action runs once every client has done its unmeasured round
+            # trip and before any measured frame: the server's CPU at the clock's start.
+            barrier = threading.Barrier(
+                connections + 1, action=lambda: server_cpu.append(process_cpu_s(server.pid))
+            )
             errors: list[BaseException] = []
 
             def client(index: int) -> None:
@@ -190,6 +196,11 @@ def loopback_ceiling(
                     with socket.create_connection(("127.0.0.1", port), timeout=IO_TIMEOUT_S) as s:
                         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                         ack = bytearray(len(ACK))
+                        # One unmeasured round trip: the server has accepted the
+                        # connection and started its thread before the clock starts.
+                        s.sendall(frame)
+                        if not _recv_exactly(s, memoryview(ack)):
+                            raise ConnectionError("the ceiling server closed the connection")
                         barrier.wait(timeout=IO_TIMEOUT_S)
                         out = latencies[index]
                         cpu_started = time.thread_time()
@@ -207,13 +218,12 @@ def loopback_ceiling(
             threads = [threading.Thread(target=client, args=(i,)) for i in range(connections)]
             for thread in threads:
                 thread.start()
-            server_cpu_started = process_cpu_s(server.pid)
             barrier.wait(timeout=IO_TIMEOUT_S)
             started = time.perf_counter()
             for thread in threads:
                 thread.join(IO_TIMEOUT_S * frames)
             seconds = time.perf_counter() - started
-            server_cpu_ended = process_cpu_s(server.pid)
+            server_cpu.append(process_cpu_s(server.pid))
             if errors:
                 raise errors[0]
         finally:
@@ -240,8 +250,8 @@ def loopback_ceiling(
         avg_ms=summary.avg,
         server_cpu_s=(
             None
-            if server_cpu_started is None or server_cpu_ended is None
-            else server_cpu_ended - server_cpu_started
+            if len(server_cpu) != 2 or server_cpu[0] is None or server_cpu[1] is None
+            else server_cpu[1] - server_cpu[0]
         ),
         client_cpu_s=sum(thread_cpu_s),
     )
