@@ -53,6 +53,7 @@ ALIGN_ATTEMPTS_MAX: Final = 40
 """Recreations of one stream until its partition's primary is the chosen node (each try
 lands there with probability 1/3)."""
 PRIMARY_WAIT_S: Final = 20.0
+IDLE_WINDOW_S: Final = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,9 @@ class BudgetRow:
         client_us: The load generator's CPU µs per batch (the same on every node's row).
         megabytes_per_second: User data (payload) throughput of the run.
         client_saturated: A load process used nearly all of a core.
+        idle_cpu_percent: The node's CPU, in percent of a core, over
+            ``IDLE_WINDOW_S`` with no load just before the run (its ticks and
+            heartbeats; part of every per-batch figure).
     """
 
     path: str
@@ -80,6 +84,7 @@ class BudgetRow:
     client_us: float | None
     megabytes_per_second: float
     client_saturated: bool = False
+    idle_cpu_percent: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -144,7 +149,28 @@ def _params(addresses: Sequence[str], producers: int, batches: int, *, reuse: bo
     ).resolved()
 
 
-def _rows_of(path: str, run: int, report: dict[str, Any], roles: dict[str, str]) -> list[BudgetRow]:
+def _idle_cpu_percent(addresses: Sequence[str], pids: Sequence[int]) -> dict[str, float | None]:
+    """Each node's CPU over ``IDLE_WINDOW_S`` of no load, in percent of a core."""
+    from bench.load.servers import process_cpu_s
+
+    before = [process_cpu_s(pid) for pid in pids]
+    started = time.monotonic()
+    time.sleep(IDLE_WINDOW_S)
+    after = [process_cpu_s(pid) for pid in pids]
+    seconds = time.monotonic() - started
+    return {
+        address: None if a is None or b is None else (b - a) / seconds * 100.0
+        for address, a, b in zip(addresses, before, after, strict=True)
+    }
+
+
+def _rows_of(
+    path: str,
+    run: int,
+    report: dict[str, Any],
+    roles: dict[str, str],
+    idle: dict[str, float | None],
+) -> list[BudgetRow]:
     budget = report["cpu_per_batch"]
     producers = next(g for g in report["group_metrics"] if g["group"] == "producers")
     rows = []
@@ -160,6 +186,7 @@ def _rows_of(path: str, run: int, report: dict[str, Any], roles: dict[str, str])
                 client_us=budget["client_us"],
                 megabytes_per_second=float(producers["total_throughput_megabytes_per_second"]),
                 client_saturated=bool(report["client"]["saturated"]),
+                idle_cpu_percent=idle.get(address),
             )
         )
     return rows
@@ -172,9 +199,10 @@ def _one_node(producers: int, batches: int, run: int) -> list[BudgetRow]:
     from bench.load.servers import embedded_server
 
     with embedded_server(Embedded.SINGLE, username=USERNAME, password=PASSWORD) as server:
+        idle = _idle_cpu_percent(server.addresses, server.pids)
         params = _params(server.addresses, producers, batches, reuse=False)
         report = build_report(run_benchmark(params))
-        return _rows_of("one node", run, report, {server.addresses[0]: "server"})
+        return _rows_of("one node", run, report, {server.addresses[0]: "server"}, idle)
 
 
 def _partition_primary(addresses: Sequence[str], group_name: str) -> str | None:
@@ -243,12 +271,13 @@ def _cluster(producers: int, batches: int, run: int) -> list[BudgetRow]:
     with embedded_server(Embedded.CLUSTER, username=USERNAME, password=PASSWORD) as server:
         streams = [stream_name(i + 1) for i in range(producers)]
         primary = _align_primaries(server.addresses, streams)
+        idle = _idle_cpu_percent(server.addresses, server.pids)
         params = _params(server.addresses, producers, batches, reuse=True)
         report = build_report(run_benchmark(params))
         roles = {primary: "primary"}
         backups = [a for a in server.addresses if a != primary]
         roles.update({a: f"backup {i + 1}" for i, a in enumerate(backups)})
-        return _rows_of("3 nodes", run, report, roles)
+        return _rows_of("3 nodes", run, report, roles, idle)
 
 
 def measure_budget(
@@ -309,8 +338,8 @@ def render_rows(rows: Sequence[BudgetRow]) -> list[str]:
 
     lines = [
         "| path | producers | process | run | batches | server CPU µs/batch | x raw | "
-        "client CPU µs/batch | x raw | MB/s |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "client CPU µs/batch | x raw | MB/s | idle CPU % |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         server_x, client_x = ratios(rows, row)
@@ -318,7 +347,7 @@ def render_rows(rows: Sequence[BudgetRow]) -> list[str]:
         lines.append(
             f"| {row.path} | {row.producers} | {row.node} | {row.run} | {row.batches} | "
             f"{f(row.server_us)} | {f(server_x, 2)} | {f(row.client_us)} | {f(client_x, 2)} | "
-            f"{f(row.megabytes_per_second, 1)}{saturated} |"
+            f"{f(row.megabytes_per_second, 1)}{saturated} | {f(row.idle_cpu_percent, 2)} |"
         )
     return lines
 

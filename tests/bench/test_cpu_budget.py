@@ -39,7 +39,9 @@ def test_ratios_are_to_the_raw_row_of_the_same_run_and_producer_count() -> None:
     assert ratios(rows, rows[3]) == (None, 5.0)
     table = render_rows(rows)
     assert len(table) == 2 + len(rows)
-    assert "| one node | 4 | server | 1 | 100 | 250 | 2.50 | 400 | 10.00 |" in table[4]
+    assert (
+        "| one node | 4 | server | 1 | 100 | 250 | 2.50 | 400 | 10.00 | 100.0 | n/a |" in table[4]
+    )
 
 
 def test_a_tiny_run_measures_the_raw_path_and_one_node() -> None:
@@ -51,3 +53,4 @@ def test_a_tiny_run_measures_the_raw_path_and_one_node() -> None:
     for row in rows:
         assert row.server_us is not None and row.server_us > 0
         assert row.client_us is not None and row.client_us > 0
+    assert rows[1].idle_cpu_percent is not None and rows[1].idle_cpu_percent >= 0

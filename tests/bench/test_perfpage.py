@@ -58,10 +58,10 @@ def test_a_measured_backup_read_p99_is_a_target_row() -> None:
 def test_the_page_shows_the_budget_table_and_the_saturated_client() -> None:
     page = render(Measured(budget=_budget(client_1=300.0, backup=400.0)), runs=1, quick=True)
     assert "## CPU per batch" in page
-    assert "| one node | 4 | server | 1 | 800 | 600 | 3.00 | 500 | 12.50 | 100.0 |" in page
+    assert "| one node | 4 | server | 1 | 800 | 600 | 3.00 | 500 | 12.50 | 100.0 | n/a |" in page
     assert (
-        "| 3 nodes | 4 | backup 2 | 1 | 800 | 300 | 1.50 | 500 | 12.50 | 50.0 (client saturated) |"
-        in page
+        "| 3 nodes | 4 | backup 2 | 1 | 800 | 300 | 1.50 | 500 | 12.50 | 50.0 (client saturated) "
+        "| n/a |" in page
     )
 
 
