@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 
 from bench.cpu_budget import BudgetRow
-from bench.load.perfpage import Measured, _find_p99, cpu_targets, measure_backup_read, render
+from bench.load.perfpage import (
+    _P99_TEXT,
+    Measured,
+    _find_p99,
+    cpu_targets,
+    measure_backup_read,
+    render,
+)
 
 
 def _budget(client_1: float, backup: float) -> list[dict[str, Any]]:
@@ -76,3 +83,10 @@ def test_find_p99_reads_the_first_p99_ms(data: Any, expected: float | None) -> N
 def test_backup_read_is_not_measured_without_its_script(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("bench.load.perfpage.BACKUP_READ_MODULE", "bench.no_such_bench")
     assert "not in this tree" in measure_backup_read()["why"]
+
+
+def test_the_backup_read_p99_is_read_from_a_printed_summary() -> None:
+    line = "  p50 1.00 ms  p90 2.00 ms  p99 1,203.50 ms  max 1,500.00 ms"
+    match = _P99_TEXT.search("load before: 1.0 0.5\n" + line)
+    assert match is not None
+    assert match.group(1) == "1,203.50"
