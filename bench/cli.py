@@ -54,6 +54,9 @@ Examples (each one command; --embedded starts and stops its own server):
   viewstream-bench --embedded cluster --durability persisted -m 1000 -P 250 -b 200 \\
       pp -p 4 tcp output --output-dir performance_results
 
+  # 16 producers dealt to 4 load processes (default: one per core, at most one per stream)
+  viewstream-bench --embedded single --processes 4 -m 1000 -P 250 -b 100 pp -p 16
+
   # 4 consumers reading what the bench wrote first (warm), 10 s of warmup
   viewstream-bench --embedded single -P 250 -b 200 -w 10s pc -c 4
 
@@ -296,6 +299,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0005,
         help="wait after an empty poll (default: 0.5ms)",
     )
+    g.add_argument(
+        "--processes",
+        type=int,
+        help="load processes the actors are dealt to (default: the number of cores, at "
+        "most the number of actors; actors sharing a stream stay in one process)",
+    )
     g.add_argument("-q", "--quiet", action="store_true", help="no live progress display")
 
     commands = parser.add_subparsers(dest="command", metavar="<kind>", required=True)
@@ -376,6 +385,7 @@ def params_from_args(args: argparse.Namespace) -> BenchParams:
         sdk=SdkChoice(args.sdk),
         seed=args.seed,
         poll_interval_s=args.poll_interval,
+        processes=args.processes,
         output_dir=output_dir,
         identifier=getattr(args, "identifier", None),
         remark=getattr(args, "remark", None),

@@ -14,9 +14,12 @@ Modules:
 * :mod:`bench.load.actors`: the producer, consumer and producing-consumer loops.
 * :mod:`bench.load.servers`: embedded nodes and clusters, and server-side counters.
 * :mod:`bench.load.runner`: one benchmark run from parameters to a report.
+* :mod:`bench.load.workers`: the load dealt to worker processes (``--processes``) and
+  their reports merged.
 * :mod:`bench.load.report`: the report schema, machine facts, JSON, ``compare``.
 * :mod:`bench.load.charts`: throughput, latency and distribution charts (HTML and PNG).
 * :mod:`bench.load.display`: the progress display and the results tables.
 * :mod:`bench.load.ceiling`: the raw ceiling of the machine (loopback to file, fsync).
-* :mod:`bench.load.perfpage`: the performance page generator.
+* :mod:`bench.load.perfpage`: the performance page generator (it also runs
+  ``bench.cpu_budget``, the CPU per batch of the raw path against viewstream).
 """

@@ -8,7 +8,8 @@ performance page can say how far from the machine each mode is.
   takes ``connections`` TCP connections on 127.0.0.1; each frame is a 4-byte length and
   a body; the server appends the body to a file per connection (and with ``sync``
   fdatasyncs it) and answers 8 bytes. The clients (threads of this process, one per
-  connection) send ``frames`` frames each, one in flight at a time. No parsing, no
+  connection) send one unmeasured frame each, then ``frames`` measured frames each, one
+  in flight at a time. No parsing, no
   checksums, no consensus: only the kernel's socket and page-cache (or disk) paths.
 * :func:`fsync_latency`: append ``block_bytes`` to a file and fdatasync, ``count``
   times, in a fresh file in ``directory``.
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from bench.load.metrics import MB, latency_summary
+from bench.load.servers import process_cpu_s
 
 __all__ = ["CeilingResult", "FsyncResult", "fsync_latency", "loopback_ceiling"]
 
@@ -43,7 +45,13 @@ IO_TIMEOUT_S: Final = 30.0
 
 @dataclass(frozen=True, slots=True)
 class CeilingResult:
-    """Throughput and per-frame round-trip latency of the raw loopback path."""
+    """Throughput, per-frame round-trip latency and CPU of the raw loopback path.
+
+    ``server_cpu_s`` is the server process's CPU over the frames (see
+    ``bench.load.servers.process_cpu_s``), ``client_cpu_s`` the client threads' own
+    (``time.thread_time``), both summed over the connections; ``None`` in results
+    measured before they were recorded.
+    """
 
     frame_bytes: int
     connections: int
@@ -54,6 +62,20 @@ class CeilingResult:
     p50_ms: float
     p99_ms: float
     avg_ms: float
+    server_cpu_s: float | None = None
+    client_cpu_s: float | None = None
+
+    @property
+    def server_us_per_frame(self) -> float | None:
+        if self.server_cpu_s is None:
+            return None
+        return self.server_cpu_s / (self.frames * self.connections) * 1e6
+
+    @property
+    def client_us_per_frame(self) -> float | None:
+        if self.client_cpu_s is None:
+            return None
+        return self.client_cpu_s / (self.frames * self.connections) * 1e6
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -131,10 +153,20 @@ def serve(directory: Path, sync: bool) -> None:
 
 
 def loopback_ceiling(
-    frame_bytes: int, connections: int, frames: int, *, sync: bool = False
+    frame_bytes: int,
+    connections: int,
+    frames: int,
+    *,
+    sync: bool = False,
+    body: bytes | None = None,
 ) -> CeilingResult:
     """Send ``frames`` frames of ``frame_bytes`` on each of ``connections`` connections
-    to a file-appending server process; lock-step per connection."""
+    to a file-appending server process; lock-step per connection.
+
+    Args:
+        body: The frame's body (``frame_bytes`` long); random bytes when ``None``.
+    """
+    assert body is None or len(body) == frame_bytes
     with tempfile.TemporaryDirectory(prefix="viewstream-ceiling-") as folder:
         server = subprocess.Popen(
             [sys.executable, "-m", "bench.load.ceiling", "serve", folder, "sync" if sync else "-"],
@@ -147,8 +179,16 @@ def loopback_ceiling(
             line = _readline_with_timeout(server, START_TIMEOUT_S)
             port = int(line)
             latencies: list[list[float]] = [[] for _ in range(connections)]
-            frame = LENGTH.pack(frame_bytes) + os.urandom(frame_bytes)
-            barrier = threading.Barrier(connections + 1)
+            thread_cpu_s = [0.0] * connections
+            frame = LENGTH.pack(frame_bytes) + (
+                body if body is not None else os.urandom(frame_bytes)
+            )
+            server_cpu: list[float | None] = []
+            # The barrier's action runs once every client has done its unmeasured round
+            # trip and before any measured frame: the server's CPU at the clock's start.
+            barrier = threading.Barrier(
+                connections + 1, action=lambda: server_cpu.append(process_cpu_s(server.pid))
+            )
             errors: list[BaseException] = []
 
             def client(index: int) -> None:
@@ -156,14 +196,21 @@ def loopback_ceiling(
                     with socket.create_connection(("127.0.0.1", port), timeout=IO_TIMEOUT_S) as s:
                         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                         ack = bytearray(len(ACK))
+                        # One unmeasured round trip: the server has accepted the
+                        # connection and started its thread before the clock starts.
+                        s.sendall(frame)
+                        if not _recv_exactly(s, memoryview(ack)):
+                            raise ConnectionError("the ceiling server closed the connection")
                         barrier.wait(timeout=IO_TIMEOUT_S)
                         out = latencies[index]
+                        cpu_started = time.thread_time()
                         for _ in range(frames):
                             started = time.perf_counter()
                             s.sendall(frame)
                             if not _recv_exactly(s, memoryview(ack)):
                                 raise ConnectionError("the ceiling server closed the connection")
                             out.append(time.perf_counter() - started)
+                        thread_cpu_s[index] = time.thread_time() - cpu_started
                 except BaseException as error:
                     errors.append(error)
                     barrier.abort()
@@ -176,6 +223,7 @@ def loopback_ceiling(
             for thread in threads:
                 thread.join(IO_TIMEOUT_S * frames)
             seconds = time.perf_counter() - started
+            server_cpu.append(process_cpu_s(server.pid))
             if errors:
                 raise errors[0]
         finally:
@@ -200,6 +248,12 @@ def loopback_ceiling(
         p50_ms=summary.p50,
         p99_ms=summary.p99,
         avg_ms=summary.avg,
+        server_cpu_s=(
+            None
+            if len(server_cpu) != 2 or server_cpu[0] is None or server_cpu[1] is None
+            else server_cpu[1] - server_cpu[0]
+        ),
+        client_cpu_s=sum(thread_cpu_s),
     )
 
 

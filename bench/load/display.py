@@ -224,11 +224,24 @@ def print_results(report: dict[str, Any], console: Console | None = None) -> Non
         console.print(actors)
     client = report["client"]
     totals = report["server_stats"]["totals"]
+    processes = client.get("processes", 1)
+    per_process = ""
+    if processes > 1:
+        shares = ", ".join(f"{p:.0f}%" for p in client["cpu_percent_per_process"])
+        per_process = f" in {processes} processes ({shares})"
     console.print(
-        f"client: {client['cpu_percent']:.0f}% of a core over {client['wall_s']:.2f} s "
-        f"(user {client['user_s']:.2f} s, system {client['system_s']:.2f} s)"
+        f"client: {client['cpu_percent']:.0f}% of a core over {client['wall_s']:.2f} s"
+        f"{per_process} (user {client['user_s']:.2f} s, system {client['system_s']:.2f} s)"
         + ("  [bold red]load generator saturated[/]" if client["saturated"] else "")
     )
+    budget = report.get("cpu_per_batch")
+    if budget and budget.get("client_us") is not None:
+        console.print(
+            f"cpu per batch: client {_f(budget['client_us'], 0)} µs, server "
+            f"{_f(budget['server_us_total'], 0)} µs (all nodes; "
+            + ", ".join(f"{a} {_f(v, 0)}" for a, v in budget["server_us"].items())
+            + f") over {budget['batches']} batches"
+        )
     console.print(
         f"server: cpu {_f(totals.get('cpu_percent'), 0)}% of a core (all nodes), "
         f"commit rounds/s per node {_f(totals.get('commit_rounds_per_s_per_node'), 1)}, "

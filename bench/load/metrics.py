@@ -11,7 +11,8 @@ Definitions (``docs/performance.md`` repeats them for readers):
    poll returned (end to end). Kept in seconds here, reported in milliseconds.
 2. **Percentiles** ``p50 .. p9999``: linear interpolation between the closest ranks of
    the sorted raw latencies (rank ``p/100 * (n - 1)``), as iggy-bench and numpy's
-   default do. ``avg`` and ``median`` are over the raw latencies too.
+   default do, computed by ``statistics.quantiles`` (inclusive method). ``avg`` and
+   ``median`` are over the raw latencies too.
 3. **min, max, std_dev**: over the raw latencies (population standard deviation).
    iggy-bench takes these three over its latency time series instead; raw values show
    the true extremes, which matter more when a run has few batches.
@@ -33,6 +34,7 @@ function mutates its arguments.
 from __future__ import annotations
 
 import math
+import statistics
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -53,6 +55,7 @@ __all__ = [
     "latency_summary",
     "moving_average",
     "percentile",
+    "percentiles",
 ]
 
 MB: Final = 1_000_000
@@ -96,18 +99,37 @@ class BatchRecords:
         return len(self.end_s)
 
 
-def percentile(sorted_values: Sequence[float], p: float) -> float:
-    """The ``p``-th percentile (0..100) of ascending ``sorted_values``, by linear
-    interpolation between closest ranks; 0.0 for no values."""
-    assert 0.0 <= p <= 100.0, p
-    n = len(sorted_values)
+PERCENTILE_STEPS: Final = 10_000
+"""Percentiles are read from ``statistics.quantiles`` cut into this many parts, so any
+percentile with up to two decimals (p99.99) is one of its cut points."""
+
+
+def percentiles(values: Sequence[float], percents: Sequence[float]) -> list[float]:
+    """The ``percents`` (0..100, at most two decimals) of ``values``, by linear
+    interpolation between the closest ranks (rank ``p/100 * (n - 1)``:
+    ``statistics.quantiles``' inclusive method, numpy's default); 0.0 for no values."""
+    n = len(values)
     if n == 0:
-        return 0.0
-    rank = p / 100.0 * (n - 1)
-    low = math.floor(rank)
-    high = min(low + 1, n - 1)
-    fraction = rank - low
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * fraction
+        return [0.0] * len(percents)
+    if n == 1:
+        return [float(values[0])] * len(percents)
+    cuts = statistics.quantiles(values, n=PERCENTILE_STEPS, method="inclusive")
+    out: list[float] = []
+    for p in percents:
+        step = round(p * PERCENTILE_STEPS / 100)
+        assert 0 <= step <= PERCENTILE_STEPS and math.isclose(step, p * 100, abs_tol=1e-6), p
+        if step == 0:
+            out.append(float(min(values)))
+        elif step == PERCENTILE_STEPS:
+            out.append(float(max(values)))
+        else:
+            out.append(cuts[step - 1])
+    return out
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """The ``p``-th percentile (0..100) of ``values`` (see :func:`percentiles`)."""
+    return percentiles(values, [p])[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,13 +154,10 @@ class LatencySummary:
 
 def latency_summary(latencies_s: Iterable[float]) -> LatencySummary:
     """The summary of raw latencies given in seconds (reported in ms)."""
-    values = sorted(v * 1000.0 for v in latencies_s)
-    n = len(values)
-    if n == 0:
+    values = [v * 1000.0 for v in latencies_s]
+    if not values:
         return LatencySummary()
-    avg = math.fsum(values) / n
-    variance = math.fsum((v - avg) ** 2 for v in values) / n
-    p50, p90, p95, p99, p999, p9999 = (percentile(values, p) for p in PERCENTILES)
+    p50, p90, p95, p99, p999, p9999 = percentiles(values, PERCENTILES)
     return LatencySummary(
         p50=p50,
         p90=p90,
@@ -146,11 +165,11 @@ def latency_summary(latencies_s: Iterable[float]) -> LatencySummary:
         p99=p99,
         p999=p999,
         p9999=p9999,
-        avg=avg,
+        avg=statistics.fmean(values),
         median=p50,
-        min=values[0],
-        max=values[-1],
-        std_dev=math.sqrt(variance),
+        min=min(values),
+        max=max(values),
+        std_dev=statistics.pstdev(values),
     )
 
 
@@ -313,28 +332,27 @@ class Distribution:
 
 def distribution(latencies_s: Iterable[float], bins: int = DISTRIBUTION_BINS) -> Distribution:
     """Histogram and log-normal fit of raw latencies (seconds in, ms out)."""
-    values = sorted(v * 1000.0 for v in latencies_s)
+    values = [v * 1000.0 for v in latencies_s]
     if not values:
         return Distribution()
-    low = values[0]
-    high = max(percentile(values, 99.9), low)
+    p05, p50, p95, p99, p999 = percentiles(values, (5.0, 50.0, 95.0, 99.0, 99.9))
+    low = min(values)
+    high = max(p999, low)
     width = (high - low) / bins if high > low else 1.0
     edges = [low + i * width for i in range(bins + 1)]
     counts = [0] * bins
     for v in values:
         counts[min(bins - 1, int((v - low) / width))] += 1
     logs = [math.log(v) for v in values if v > 0]
-    mu = math.fsum(logs) / len(logs) if logs else 0.0
-    sigma = math.sqrt(math.fsum((x - mu) ** 2 for x in logs) / len(logs)) if logs else 0.0
     return Distribution(
         bin_edges_ms=edges,
         counts=counts,
-        lognormal_mu=mu,
-        lognormal_sigma=sigma,
-        p05=percentile(values, 5.0),
-        p50=percentile(values, 50.0),
-        p95=percentile(values, 95.0),
-        p99=percentile(values, 99.0),
+        lognormal_mu=statistics.fmean(logs) if logs else 0.0,
+        lognormal_sigma=statistics.pstdev(logs) if logs else 0.0,
+        p05=p05,
+        p50=p50,
+        p95=p95,
+        p99=p99,
     )
 
 
@@ -381,7 +399,7 @@ class GroupMetrics:
 
 
 def _mean(values: Sequence[float]) -> float:
-    return math.fsum(values) / len(values) if values else 0.0
+    return statistics.fmean(values) if values else 0.0
 
 
 def _sum_series(series: Sequence[TimeSeries], step_s: float) -> TimeSeries:

@@ -21,6 +21,8 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final
 
+from pydantic import ByteSize, TypeAdapter, ValidationError
+
 __all__ = [
     "DEFAULTS",
     "BenchParams",
@@ -30,6 +32,7 @@ __all__ = [
     "ParamsError",
     "Range",
     "SdkChoice",
+    "format_size",
     "parse_duration_s",
     "parse_range",
     "parse_size_bytes",
@@ -165,19 +168,8 @@ class Range:
         return str(self.low) if self.fixed else f"{self.low}..{self.high}"
 
 
-_SIZE_UNITS: Final[dict[str, int]] = {
-    "": 1,
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
-_SIZE: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_BYTE_SIZE: Final = TypeAdapter(ByteSize)
+_SIZE_SHAPE: Final = re.compile(r"\s*\d+(?:\.\d+)?\s*[A-Za-z]*\s*")
 _DURATION_UNITS: Final[dict[str, float]] = {
     "us": 1e-6,
     "µs": 1e-6,
@@ -191,16 +183,25 @@ _DURATION: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|µs|ms|s|min|m|h)?\s*$
 
 
 def parse_size_bytes(text: str) -> int:
-    """``1000``, ``64KB`` (10^3), ``1MiB`` (2^20), ``2.5GB`` -> bytes.
+    """``1000``, ``64KB`` (10^3), ``1MiB`` (2^20), ``2.5GB`` -> bytes (pydantic's
+    ``ByteSize``: decimal and binary units, any case).
 
     Raises:
         ParamsError: not a size.
     """
-    match = _SIZE.match(text)
-    unit = match.group(2).lower() if match else ""
-    if match is None or unit not in _SIZE_UNITS:
-        raise ParamsError(f"not a size: {text!r} (examples: 1000, 64KB, 1MiB, 10GB)")
-    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+    # ByteSize reads the longest number it can at the start and ignores what follows
+    # ("1.5.5" -> 1), so the whole text must have the shape of one size first.
+    if _SIZE_SHAPE.fullmatch(text) is not None:
+        try:
+            return int(_BYTE_SIZE.validate_python(text.strip()))
+        except ValidationError:
+            pass
+    raise ParamsError(f"not a size: {text!r} (examples: 1000, 64KB, 1MiB, 10GB)")
+
+
+def format_size(size_bytes: int) -> str:
+    """``size_bytes`` for a person, in decimal units (``26.2MB``), by ``ByteSize``."""
+    return ByteSize(size_bytes).human_readable(decimal=True)
 
 
 def parse_duration_s(text: str) -> float:
@@ -268,6 +269,9 @@ class BenchParams:
         sdk: The client library of the load.
         seed: Seed of the payload and batch-length generator.
         poll_interval_s: Wait after an empty poll.
+        processes: Load processes the actors are dealt to (``--processes``); ``None``:
+            the number of cores, at most the number of actors. Actors that share a
+            stream stay in one process.
         output_dir: ``output --output-dir``: write a report folder here.
         identifier: ``output --identifier``: who ran it (default: the host name).
         remark: ``output --remark``: free text stored in the report.
@@ -300,6 +304,7 @@ class BenchParams:
     sdk: SdkChoice = SdkChoice.OURS
     seed: int = 42
     poll_interval_s: float = 0.0005
+    processes: int | None = None
     output_dir: str | None = None
     identifier: str | None = None
     remark: str | None = None
@@ -400,6 +405,8 @@ class BenchParams:
                 )
         if params.rate_limit_bytes_per_s is not None:
             _positive("--rate-limit", params.rate_limit_bytes_per_s)
+        if params.processes is not None:
+            _positive("--processes", params.processes)
         if params.warmup_s < 0 or params.sampling_s <= 0 or params.moving_average_window < 1:
             raise ParamsError(
                 "--warmup-time >= 0, --sampling-time > 0, --moving-average-window >= 1"
@@ -467,6 +474,7 @@ class BenchParams:
             sdk=SdkChoice(data["sdk"]),
             seed=data["seed"],
             poll_interval_s=data["poll_interval_s"],
+            processes=data.get("processes"),
             output_dir=data["output_dir"],
             identifier=data["identifier"],
             remark=data["remark"],

@@ -10,7 +10,10 @@ params                BenchParams.to_json(): every option, plus the derived coun
 machine               host, OS, kernel, CPU model and count, memory, Python, SDK
                       (iggy-bench calls it "hardware")
 cluster               embedded (none|single|cluster), addresses, nodes, server pids
-client                the load generator's CPU over the load (ClientUsage.to_json())
+client                the load generator's CPU over the load (ClientUsage.to_json()):
+                      summed over its processes, and each process's own share
+cpu_per_batch         client and server CPU microseconds per recorded batch (the
+                      server's from /proc over the load window, per node and summed)
 server_stats          before / after: each node's GET_STATS and per-group counters;
                       delta: per node, what it did during the load (servers.server_delta);
                       totals: the deltas summed over the nodes
@@ -42,6 +45,7 @@ from bench.load.servers import server_delta
 __all__ = [
     "SCHEMA",
     "build_report",
+    "cpu_per_batch",
     "compare_reports",
     "load_report",
     "machine_info",
@@ -189,6 +193,31 @@ def _server_section(result: RunResult) -> dict[str, Any]:
     }
 
 
+def cpu_per_batch(result: RunResult) -> dict[str, Any]:
+    """Client and server CPU microseconds per batch: CPU over the load window divided
+    by the batches recorded (the writers' when the kind writes, else the readers').
+    ``None`` figures when there is no batch or a warmup ran (its batches are in the
+    CPU window but not in the records)."""
+    writers = [
+        s.name for s in result.plan.actors if s.role in (Role.PRODUCER, Role.PRODUCING_CONSUMER)
+    ]
+    names = writers or [s.name for s in result.plan.actors]
+    batches = sum(len(result.records[name]) for name in names)
+    usable = batches > 0 and result.params.warmup_s == 0
+
+    def per_batch(seconds: float | None) -> float | None:
+        return seconds / batches * 1e6 if usable and seconds is not None else None
+
+    server = {address: per_batch(cpu) for address, cpu in result.server_cpu_s.items()}
+    measured = [cpu for cpu in result.server_cpu_s.values() if cpu is not None]
+    return {
+        "batches": batches,
+        "client_us": per_batch(result.client.cpu_s),
+        "server_us": server,
+        "server_us_total": per_batch(sum(measured)) if measured else None,
+    }
+
+
 def _snapshot_json(snapshot: Any) -> dict[str, Any]:
     return {
         "address": snapshot.address,
@@ -206,8 +235,8 @@ def build_report(result: RunResult, metrics: Metrics | None = None) -> dict[str,
     warnings = list(result.warnings)
     if result.client.saturated:
         warnings.append(
-            f"the load generator used {result.client.cpu_percent:.0f}% of a core: it may be "
-            "the bottleneck, not the server"
+            f"a load process used {result.client.cpu_percent_per_process_max:.0f}% of a core: "
+            "the load generator may be the bottleneck, not the server (try --processes)"
         )
     for name, group in result.groups.items():
         if group.duplicates:
@@ -236,7 +265,8 @@ def build_report(result: RunResult, metrics: Metrics | None = None) -> dict[str,
             name: {"consumed": g.consumed, "duplicates": g.duplicates}
             for name, g in result.groups.items()
         },
-        "client": result.client.to_json(),
+        "client": {**result.client.to_json(), "processes_requested": result.processes_requested},
+        "cpu_per_batch": cpu_per_batch(result),
         "server_stats": _server_section(result),
         "group_metrics": [g.to_json() for g in metrics.groups],
         "individual_metrics": [a.to_json() for a in metrics.actors],

@@ -12,22 +12,27 @@ Theory of operation:
    ``--reuse-streams``), one topic each with the run's durability, the consumer groups,
    and for consumer-only kinds write the data the consumers will read (not measured).
 3. Snapshot the server counters, open one client per actor (logged in, not measured),
-   take the client's CPU and wall clock, run every actor at once on one event loop
-   (trio for our SDK, asyncio for the official one), take them again, snapshot again.
-4. A watchdog ends the run if no actor makes progress for ``STALL_TIMEOUT_S``.
+   take the client's CPU, the server processes' CPU (``/proc``) and the wall clock, run
+   every actor at once on one event loop (trio for our SDK, asyncio for the official
+   one), take them again, snapshot again.
+4. With ``--processes N`` above 1 the actors are dealt to N worker processes
+   (``bench.load.workers``), each running its share as in 3; the reports are merged
+   (throughput summed, latencies from the raw per-batch records).
+5. A watchdog ends the run if no actor makes progress for ``STALL_TIMEOUT_S``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import os
 import resource
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from bench.load.actors import (
     GroupState,
@@ -47,10 +52,22 @@ from bench.load.servers import (
     NodeSnapshot,
     cluster_addresses,
     embedded_server,
+    is_local,
+    process_cpu_s,
     snapshot_nodes,
 )
 
-__all__ = ["STALL_TIMEOUT_S", "ClientUsage", "RunResult", "run_benchmark"]
+__all__ = [
+    "STALL_TIMEOUT_S",
+    "ClientUsage",
+    "LoadOutcome",
+    "LoadWindow",
+    "RunResult",
+    "ServerCpu",
+    "make_shared",
+    "run_benchmark",
+    "run_load",
+]
 
 STALL_TIMEOUT_S: Final = 30.0
 """No actor progressed for this long: the run ends, with a warning."""
@@ -66,12 +83,14 @@ class ClientUsage:
 
     Attributes:
         wall_s: Wall time of the load phase.
-        cpu_s: User + system CPU seconds of this process (every thread).
+        cpu_s: User + system CPU seconds of the load generator (every thread; with
+            worker processes, summed over them).
         user_s: User CPU seconds.
         system_s: System CPU seconds.
         process_time_s: ``time.process_time()`` over the load (the same, by another
             clock; kept as a cross-check).
-        max_rss_bytes: Peak resident set of this process.
+        max_rss_bytes: Peak resident set of the (largest) process.
+        processes: Each worker process's own usage, when the load ran in workers.
     """
 
     wall_s: float
@@ -80,15 +99,29 @@ class ClientUsage:
     system_s: float
     process_time_s: float
     max_rss_bytes: int
+    processes: tuple[ClientUsage, ...] = ()
 
     @property
     def cpu_percent(self) -> float:
-        """CPU over wall time, in percent of one core."""
+        """CPU over wall time, in percent of one core (above 100 with workers)."""
         return self.cpu_s / self.wall_s * 100.0 if self.wall_s > 0 else 0.0
 
     @property
+    def process_count(self) -> int:
+        return max(1, len(self.processes))
+
+    @property
+    def cpu_percent_per_process_max(self) -> float:
+        """The busiest load process's CPU, in percent of one core."""
+        if not self.processes:
+            return self.cpu_percent
+        return max(p.cpu_percent for p in self.processes)
+
+    @property
     def saturated(self) -> bool:
-        return self.cpu_percent >= SATURATED_CPU_PERCENT
+        """A load process used nearly all of a core: it, not the server, may be the limit
+        (each process runs its actors on one thread)."""
+        return self.cpu_percent_per_process_max >= SATURATED_CPU_PERCENT
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -99,9 +132,74 @@ class ClientUsage:
             "process_time_s": self.process_time_s,
             "max_rss_bytes": self.max_rss_bytes,
             "cpu_percent": self.cpu_percent,
+            "processes": self.process_count,
+            "cpu_percent_per_process": [p.cpu_percent for p in self.processes]
+            or [self.cpu_percent],
+            "cpu_percent_per_process_max": self.cpu_percent_per_process_max,
             "saturated": self.saturated,
             "saturated_threshold_percent": SATURATED_CPU_PERCENT,
         }
+
+
+@dataclass
+class LoadOutcome:
+    """What the load phase of one process (or the merge of several) produced."""
+
+    records: dict[str, BatchRecords]
+    client: ClientUsage
+    warnings: list[str]
+    groups: dict[str, GroupState]
+
+
+class LoadWindow(Protocol):
+    """Where the measured load starts and stops, as the process running actors sees it."""
+
+    def start(self) -> float:
+        """Block until the load may start (every client is open); return the run's
+        clock origin (``time.perf_counter``: one clock for every process of the host)."""
+        ...
+
+    def stop(self) -> None:
+        """The actors are done (their clients are still open)."""
+        ...
+
+    def tick(self) -> None:
+        """Called every ``WATCHDOG_PERIOD_S`` while the actors run."""
+        ...
+
+
+class ServerCpu:
+    """CPU seconds of the local server processes between two reads (``/proc``)."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self._pids = pids
+        self._before: dict[str, float | None] = {}
+        self.used_s: dict[str, float | None] = {}
+
+    def start(self) -> None:
+        self._before = {a: process_cpu_s(pid) for a, pid in self._pids.items()}
+
+    def stop(self) -> None:
+        for address, pid in self._pids.items():
+            before, after = self._before.get(address), process_cpu_s(pid)
+            self.used_s[address] = None if before is None or after is None else after - before
+
+
+class _LocalWindow:
+    """The in-process load: the window is the servers' CPU between start and stop."""
+
+    def __init__(self, server: ServerCpu) -> None:
+        self._server = server
+
+    def start(self) -> float:
+        self._server.start()
+        return time.perf_counter()
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def tick(self) -> None:
+        pass
 
 
 @dataclass
@@ -117,6 +215,9 @@ class RunResult:
     server_before: list[NodeSnapshot]
     server_after: list[NodeSnapshot]
     embedded_pids: list[int] = field(default_factory=list)
+    server_cpu_s: dict[str, float | None] = field(default_factory=dict)
+    """CPU seconds each local node used during the load window, by address."""
+    processes_requested: int = 1
     preload_s: float = 0.0
     warnings: list[str] = field(default_factory=list)
     groups: dict[str, GroupState] = field(default_factory=dict)
@@ -154,30 +255,40 @@ def run_benchmark(params: BenchParams, *, progress: ProgressFactory | None = Non
         preload_started = time.monotonic()
         preloaded = _setup(params, plan)
         preload_s = time.monotonic() - preload_started
-        shared = _shared(params, plan, preloaded)
+        shared = make_shared(params, plan, preloaded)
         before = snapshot_nodes(addresses, params.username, params.password)
+        server_cpu = ServerCpu(_server_pids(addresses, embedded_pids, before))
+        requested = params.processes or min(os.cpu_count() or 1, len(plan.actors))
         display = progress(params, plan, shared) if progress else nullcontext()
         with display:
-            if params.sdk is SdkChoice.OURS:
-                import trio
+            from bench.load.workers import assign_actors, run_workers
 
-                records, usage, warnings = trio.run(_load_trio, params, plan, shared)
+            assignment = assign_actors(plan, requested)
+            if len(assignment) <= 1:
+                outcome = run_load(params, plan, shared, plan.actors, _LocalWindow(server_cpu))
             else:
-                records, usage, warnings = asyncio.run(_load_asyncio(params, plan, shared))
+                outcome = run_workers(params, plan, preloaded, shared, assignment, server_cpu)
+        if params.processes is not None and len(assignment) < params.processes:
+            outcome.warnings.append(
+                f"{requested} load processes asked for, {max(1, len(assignment))} used: "
+                "actors that share a stream run in one process"
+            )
         after = snapshot_nodes(addresses, params.username, params.password)
         return RunResult(
             params=params,
             plan=plan,
             started_at=started_at,
             addresses=addresses,
-            records=records,
-            client=usage,
+            records=outcome.records,
+            client=outcome.client,
             server_before=before,
             server_after=after,
             embedded_pids=embedded_pids,
+            server_cpu_s=server_cpu.used_s,
+            processes_requested=requested,
             preload_s=preload_s,
-            warnings=warnings,
-            groups=shared.groups,
+            warnings=outcome.warnings,
+            groups=outcome.groups,
         )
     raise AssertionError("unreachable")  # pragma: no cover  (ExitStack does not swallow)
 
@@ -242,7 +353,8 @@ def _preload(client: Any, stream: str, partition: int, messages: int, params: Be
         messages -= len(payloads)
 
 
-def _shared(params: BenchParams, plan: Plan, preloaded: dict[tuple[str, int], int]) -> Shared:
+def make_shared(params: BenchParams, plan: Plan, preloaded: dict[tuple[str, int], int]) -> Shared:
+    """The actors' shared counters for a run of ``plan``."""
     shared = Shared(poll_interval_s=params.poll_interval_s, preloaded=preloaded)
     shared.streams = {stream: StreamState() for stream in plan.streams}
     for actor in plan.actors:
@@ -343,20 +455,57 @@ class _Watchdog:
             )
 
 
+def run_load(
+    params: BenchParams,
+    plan: Plan,
+    shared: Shared,
+    actors: Sequence[ActorSpec],
+    window: LoadWindow,
+) -> LoadOutcome:
+    """Run ``actors`` on this process's event loop (trio for our SDK, asyncio for the
+    official one) between ``window.start()`` and ``window.stop()``."""
+    if params.sdk is SdkChoice.OURS:
+        import trio
+
+        outcome: LoadOutcome = trio.run(_load_trio, params, plan, shared, actors, window)
+        return outcome
+    return asyncio.run(_load_asyncio(params, plan, shared, actors, window))
+
+
+def _server_pids(
+    addresses: Sequence[str], embedded_pids: Sequence[int], before: Sequence[NodeSnapshot]
+) -> dict[str, int]:
+    """The process id of each node this host runs: the embedded ones, else what a node
+    on a loopback address says in ``GET_STATS``."""
+    if embedded_pids:
+        return dict(zip(addresses, embedded_pids, strict=True))
+    pids: dict[str, int] = {}
+    for snapshot in before:
+        pid = snapshot.server.get("process_id")
+        if isinstance(pid, int) and is_local(snapshot.address):
+            pids[snapshot.address] = pid
+    return pids
+
+
 async def _load_trio(
-    params: BenchParams, plan: Plan, shared: Shared
-) -> tuple[dict[str, BatchRecords], ClientUsage, list[str]]:
+    params: BenchParams,
+    plan: Plan,
+    shared: Shared,
+    actors: Sequence[ActorSpec],
+    window: LoadWindow,
+) -> LoadOutcome:
     import trio
 
     root = await OursClient.open_root(params)
     clients: list[OursClient] = []
     try:
-        for _ in plan.actors:
+        for _ in actors:
             clients.append(await OursClient.open(root))
         watchdog = _Watchdog(shared)
         records: dict[str, BatchRecords] = {}
+        origin = await trio.to_thread.run_sync(window.start)
         usage = _Usage()
-        clock = RunClock(time.perf_counter(), params.warmup_s)
+        clock = RunClock(origin, params.warmup_s)
 
         async def actor(spec: ActorSpec, client: LoadClient) -> None:
             records[spec.name] = await _actor_coroutine(
@@ -369,32 +518,39 @@ async def _load_trio(
                 while True:
                     await trio.sleep(WATCHDOG_PERIOD_S)
                     watchdog.check()
+                    window.tick()
 
             outer.start_soon(watch)
             async with trio.open_nursery() as nursery:
-                for spec, client in zip(plan.actors, clients, strict=True):
+                for spec, client in zip(actors, clients, strict=True):
                     nursery.start_soon(actor, spec, client)
             outer.cancel_scope.cancel()
         finished = usage.finish()
+        window.stop()
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(10):
             for client in clients:
                 await client.close()
             await root.close()
-    return _ordered(plan, records), finished, watchdog.warnings
+    return LoadOutcome(_ordered(actors, records), finished, watchdog.warnings, shared.groups)
 
 
 async def _load_asyncio(
-    params: BenchParams, plan: Plan, shared: Shared
-) -> tuple[dict[str, BatchRecords], ClientUsage, list[str]]:
+    params: BenchParams,
+    plan: Plan,
+    shared: Shared,
+    actors: Sequence[ActorSpec],
+    window: LoadWindow,
+) -> LoadOutcome:
     clients: list[OfficialClient] = []
     try:
-        for _ in plan.actors:
+        for _ in actors:
             clients.append(await OfficialClient.open(params))
         watchdog = _Watchdog(shared)
         records: dict[str, BatchRecords] = {}
+        origin = await asyncio.to_thread(window.start)
         usage = _Usage()
-        clock = RunClock(time.perf_counter(), params.warmup_s)
+        clock = RunClock(origin, params.warmup_s)
 
         async def actor(spec: ActorSpec, client: LoadClient) -> None:
             records[spec.name] = await _actor_coroutine(
@@ -405,23 +561,27 @@ async def _load_asyncio(
             while True:
                 await asyncio.sleep(WATCHDOG_PERIOD_S)
                 watchdog.check()
+                window.tick()
 
         watcher = asyncio.create_task(watch())
         try:
             async with asyncio.TaskGroup() as group:
-                for spec, client in zip(plan.actors, clients, strict=True):
+                for spec, client in zip(actors, clients, strict=True):
                     group.create_task(actor(spec, client))
         finally:
             watcher.cancel()
         finished = usage.finish()
+        window.stop()
     finally:
         for client in clients:
             await asyncio.wait_for(client.close(), timeout=10)
-    return _ordered(plan, records), finished, watchdog.warnings
+    return LoadOutcome(_ordered(actors, records), finished, watchdog.warnings, shared.groups)
 
 
-def _ordered(plan: Plan, records: dict[str, BatchRecords]) -> dict[str, BatchRecords]:
-    return {a.name: records.get(a.name, BatchRecords()) for a in plan.actors}
+def _ordered(
+    actors: Sequence[ActorSpec], records: dict[str, BatchRecords]
+) -> dict[str, BatchRecords]:
+    return {a.name: records.get(a.name, BatchRecords()) for a in actors}
 
 
 def actor_specs(plan: Plan) -> Sequence[ActorSpec]:

@@ -10,6 +10,7 @@ from bench.load.params import (
     Kind,
     ParamsError,
     Range,
+    format_size,
     parse_duration_s,
     parse_range,
     parse_size_bytes,
@@ -102,3 +103,14 @@ def test_params_round_trip_through_json() -> None:
         streams=2,
     ).resolved()
     assert BenchParams.from_json(params.to_json()) == params
+
+
+@pytest.mark.parametrize("text", ["", "ten", "5 parsecs", "-1KB", "1..2"])
+def test_bad_sizes_are_refused(text: str) -> None:
+    with pytest.raises(ParamsError):
+        parse_size_bytes(text)
+
+
+def test_sizes_print_in_decimal_units() -> None:
+    assert format_size(1_500_000) == "1.5MB"
+    assert format_size(parse_size_bytes("26GB")) == "26.0GB"
