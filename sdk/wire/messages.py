@@ -44,6 +44,7 @@ from sdk.wire.batch import (
     OutgoingMessage,
     VerifiedBatch,
     build_batch,
+    build_batch_columns,
     iter_batch_records,
     read_batch,
     verify_batch,
@@ -80,6 +81,7 @@ __all__ = [
     "SendMessagesReply",
     "StoreConsumerOffset",
     "build_send_messages",
+    "build_send_messages_columns",
     "poll_reply_parts",
     "verify_send_messages",
 ]
@@ -189,6 +191,31 @@ def build_send_messages(
     """
     prefix = _send_metadata(stream_id, topic_id, partitioning, len(messages))
     buffer = build_batch(messages, headroom=headroom + len(prefix))
+    buffer[headroom : headroom + len(prefix)] = prefix
+    return buffer
+
+
+def build_send_messages_columns(
+    stream_id: Identifier,
+    topic_id: Identifier,
+    partitioning: Partitioning,
+    payloads: Sequence[Buffer],
+    ids: Sequence[int] | bytes,
+    origin_timestamps: Sequence[int] | int,
+    user_headers: Sequence[Buffer] | None = None,
+    *,
+    headroom: int = 0,
+) -> bytearray:
+    """:func:`build_send_messages` from the batch's columns (see
+    :func:`batch.build_batch_columns`): the same body, no object per message.
+
+    Returns:
+        ``headroom`` zero bytes followed by the body.
+    """
+    prefix = _send_metadata(stream_id, topic_id, partitioning, len(payloads))
+    buffer = build_batch_columns(
+        payloads, ids, origin_timestamps, user_headers, headroom=headroom + len(prefix)
+    )
     buffer[headroom : headroom + len(prefix)] = prefix
     return buffer
 
