@@ -82,12 +82,13 @@ from sdk.types import (
     MessageLike,
     PartitioningLike,
     PolledMessages,
-    ReceivedMessage,
+    polled_messages,
     to_identifier,
     to_message,
     to_partitioning,
 )
 from sdk.wire import (
+    COMMANDS,
     HEADER_SIZE,
     LONG_POLL_CODE,
     LONG_POLL_WAIT_MS_MAX,
@@ -175,7 +176,7 @@ from sdk.wire import (
     build_request_frame,
     build_send_messages_columns,
     operation_for_code,
-    read_reply,
+    split_result,
 )
 
 __all__ = [
@@ -526,7 +527,13 @@ class ClientCore:
             if header.status != 0:
                 raise ServerRejected(header.status)
             return header, None
-        return header, read_reply(code, frame)
+        if header.status != 0:
+            raise ServerRejected(header.status)
+        # read_reply without parsing the header a second time.
+        spec = COMMANDS.get(code)
+        if spec is None:
+            raise ValueError(f"command {code} is not supported by this codec")
+        return header, spec.decode_reply(split_result(header.operation, frame.body))
 
     def _call(
         self,
@@ -1659,26 +1666,8 @@ def _fill_timestamps(timestamps: list[int] | None, now_us: int) -> list[int] | i
 
 
 def _polled(reply: PollMessagesReply) -> PolledMessages:
-    """The messages of a poll reply."""
-    partition = reply.partition_id
-    # ``_make`` is tuple.__new__: a poll builds one message per record it read.
-    make = ReceivedMessage._make
-    messages = [
-        make(
-            (
-                partition,
-                m.offset,
-                m.id,
-                m.checksum,
-                m.timestamp,
-                m.origin_timestamp,
-                bytes(m.payload),
-                bytes(m.user_headers),
-            )
-        )
-        for m in reply.messages()
-    ]
-    return PolledMessages(partition, reply.current_offset, messages)
+    """The messages of a poll reply, read lazily from its buffer."""
+    return PolledMessages(reply.partition_id, reply.current_offset, polled_messages(reply))
 
 
 def frame_view(frame: Frame) -> int:

@@ -78,6 +78,7 @@ __all__ = [
     "batch_checksum",
     "build_batch",
     "build_batch_columns",
+    "frame_positions",
     "iter_batch_records",
     "read_batch",
     "slice_batch",
@@ -312,11 +313,13 @@ def build_batch_columns(
     if isinstance(ids, bytes | bytearray):
         if len(ids) != 16 * count:
             raise ValueError(f"{len(ids)} bytes of packed ids for {count} messages")
+        packed_ids: bytes | None = bytes(ids)
         # Low and high halves of each id, in message order (u128 little-endian).
         halves: Iterable[int] = struct.unpack(f"<{2 * count}Q", ids)
     else:
         if len(ids) != count:
             raise ValueError(f"{len(ids)} ids for {count} messages")
+        packed_ids = None
         halves = _id_halves(ids)
     if isinstance(origin_timestamps, int):
         origin_timestamp = origin_timestamps
@@ -359,7 +362,7 @@ def build_batch_columns(
     start = headroom + BATCH_HEADER_SIZE
     if uniform:
         checksums = _build_uniform(
-            buffer, start, payloads, packable, halves, timestamp_deltas, user_headers
+            buffer, start, payloads, packable, packed_ids, halves, timestamp_deltas, user_headers
         )
     else:
         checksums = _build_walk(buffer, start, payloads, halves, timestamp_deltas, user_headers)
@@ -374,6 +377,25 @@ def _id_halves(ids: Sequence[int]) -> Iterator[int]:
     half that does not pack, as a struct would refuse the id itself)."""
     return chain.from_iterable(
         zip(map(and_, ids, repeat(_U64_MASK)), map(rshift, ids, repeat(64)), strict=True)
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _aligned_frame_layout(
+    count: int, payload_size: int, headers_size: int, payloads_packed: bool
+) -> tuple[struct.Struct, struct.Struct, bytes, bytes]:
+    """For frames whose size is a multiple of 8: a struct writing only the payloads
+    (and header blocks), every header left zero; the struct of the hashed bytes (as
+    :func:`_frame_structs`); and the offset-delta column 0..count-1 and the lengths
+    column, packed as u64 words for strided copies into the frames."""
+    payload = f"{payload_size}s" if payloads_packed else f"{payload_size}x"
+    headers = f"{headers_size}s" if headers_size else ""
+    frame_size = MESSAGE_HEADER_SIZE + payload_size + headers_size
+    return (
+        struct.Struct("<" + (f"{MESSAGE_HEADER_SIZE}x" + payload + headers) * count),
+        struct.Struct("<" + f"8x{frame_size - 8}s" * count),
+        struct.pack(f"<{count}Q", *range(count)),
+        _U64.pack(headers_size | payload_size << 32) * count,
     )
 
 
@@ -407,6 +429,7 @@ def _build_uniform(
     start: int,
     payloads: Sequence[Buffer],
     packed_payloads: bool,
+    packed_ids: bytes | None,
     halves: Iterable[int],
     timestamp_deltas: Sequence[int] | None,
     user_headers: Sequence[Buffer] | None,
@@ -414,31 +437,68 @@ def _build_uniform(
     """Write frames that all have one payload size and one header size with a few
     struct calls, none per message; returns the packed message checksums.
 
-    Every frame's checksum slot is written by one strided copy per checksum byte (a
-    memoryview slice with a step), whatever the message count.
+    A header field of every frame is written by one strided copy (a memoryview slice
+    with a step) of a column packed in advance, whatever the message count: as u64
+    words when the frame size is a multiple of 8, else the checksums byte by byte and
+    the other fields by the struct that packs the payloads.
     """
     count = len(payloads)
     payload_size = len(payloads[0])
     headers_size = 0 if user_headers is None else len(user_headers[0])
     frame_size = MESSAGE_HEADER_SIZE + payload_size + headers_size
-    frames, bodies = _frame_structs(count, payload_size, headers_size, packed_payloads)
-    halves_iterator = iter(halves)
-    # Offset delta i in the low half, the timestamp delta in the high half.
-    delta_words: Iterable[int] = (
-        range(count)
-        if timestamp_deltas is None
-        else map(or_, range(count), map(lshift, timestamp_deltas, repeat(32)))
-    )
-    lengths = repeat(headers_size | payload_size << 32)
-    columns: list[Iterable[object]] = [halves_iterator, halves_iterator, delta_words, lengths]
-    if packed_payloads:
-        columns.append(payloads)
-    if user_headers is not None:
-        columns.append(user_headers)
-    # Some columns repeat without end: the payloads bound the zip.
-    frames.pack_into(buffer, start, *chain.from_iterable(zip(*columns, strict=False)))
     view = memoryview(buffer)
     end = start + count * frame_size
+    if frame_size % 8 == 0:
+        # Payloads (and header blocks) by one struct, then each header field as one
+        # strided copy of u64 words into every frame at once.
+        frames, bodies, offset_deltas, lengths = _aligned_frame_layout(
+            count, payload_size, headers_size, packed_payloads
+        )
+        blocks: list[Sequence[Buffer]] = []
+        if packed_payloads:
+            blocks.append(payloads)
+        if user_headers is not None:
+            blocks.append(user_headers)
+        if len(blocks) == 1:
+            frames.pack_into(buffer, start, *blocks[0])
+        elif blocks:
+            frames.pack_into(buffer, start, *chain.from_iterable(zip(*blocks, strict=True)))
+        # else: nothing to pack, the fresh buffer is zero where the views go
+        if packed_ids is None:
+            packed_ids = struct.pack(f"<{2 * count}Q", *halves)
+        if timestamp_deltas is not None:
+            offset_deltas = struct.pack(
+                f"<{count}Q", *map(or_, range(count), map(lshift, timestamp_deltas, repeat(32)))
+            )
+        words = view[start:end].cast("Q")
+        stride = frame_size // 8
+        id_words = memoryview(packed_ids).cast("Q")
+        words[1::stride] = id_words[0::2]
+        words[2::stride] = id_words[1::2]
+        words[3::stride] = memoryview(offset_deltas).cast("Q")
+        words[4::stride] = memoryview(lengths).cast("Q")
+    else:
+        frames, bodies = _frame_structs(count, payload_size, headers_size, packed_payloads)
+        halves_iterator = iter(halves)
+        # Offset delta i in the low half, the timestamp delta in the high half.
+        delta_words: Iterable[int] = (
+            range(count)
+            if timestamp_deltas is None
+            else map(or_, range(count), map(lshift, timestamp_deltas, repeat(32)))
+        )
+        lengths_words = repeat(headers_size | payload_size << 32)
+        columns: list[Iterable[object]] = [
+            halves_iterator,
+            halves_iterator,
+            delta_words,
+            lengths_words,
+        ]
+        if packed_payloads:
+            columns.append(payloads)
+        if user_headers is not None:
+            columns.append(user_headers)
+        # Some columns repeat without end: the payloads bound the zip.
+        frames.pack_into(buffer, start, *chain.from_iterable(zip(*columns, strict=False)))
     if not packed_payloads:
         # Views cannot be packed by a struct: one slice assignment each, run by map.
         payload_starts = range(start + MESSAGE_HEADER_SIZE, end, frame_size)
@@ -829,6 +889,73 @@ def read_batch(record: Buffer) -> tuple[BatchHeader, list[BatchMessage]]:
             IggyErrorCode.INVALID_MESSAGES_COUNT,
         )
     return header, messages
+
+
+def frame_positions(record: Buffer) -> Sequence[int]:
+    """Where each message frame of exactly one batch record starts, its layout checked
+    as :func:`read_batch` checks it (same faults, same errors), nothing decoded.
+
+    A record whose frames all have one size (a producer's batch as stored) is proven
+    with two strided reads of its frames' length and reserved fields, whatever its
+    message count; any other record is walked frame by frame.
+
+    Raises:
+        ProtocolError: as :func:`read_batch`.
+    """
+    view = as_byte_view(record)
+    header = _check_header(view)
+    size = len(view)
+    if header.batch_length != size:
+        raise ProtocolError(f"batch length {header.batch_length} but {size} bytes given")
+    count = header.message_count
+    if count == 0:
+        return _walk_positions(view, count)
+    frame_size, uneven = divmod(size - BATCH_HEADER_SIZE, count)
+    if not uneven and frame_size % 8 == 0:
+        # Header bytes 32..40 hold both lengths, 40..48 the reserved field: read as
+        # one u64 column each, every frame's must equal the first's and zero.
+        words = view[BATCH_HEADER_SIZE:].cast("Q")
+        stride = frame_size // 8
+        lengths = words[4::stride].tobytes()
+        first = lengths[:8]
+        headers_size, payload_size = _MESSAGE_LENGTHS.unpack(first)
+        if (
+            MESSAGE_HEADER_SIZE + headers_size + payload_size == frame_size
+            and lengths == first * count
+            and words[5::stride].tobytes() == bytes(8 * count)
+        ):
+            return range(BATCH_HEADER_SIZE, size, frame_size)
+    return _walk_positions(view, count)
+
+
+def _walk_positions(view: memoryview, count: int) -> list[int]:
+    """The frame starts, checking each message as :func:`read_batch` does."""
+    unpack = _LENGTHS_RESERVED.unpack_from
+    size = len(view)
+    positions = [0] * count
+    position = BATCH_HEADER_SIZE
+    for index in range(count):
+        if size - position < MESSAGE_HEADER_SIZE:
+            raise ProtocolError(f"message {index} header truncated")
+        headers_size, payload_size, reserved = unpack(view, position + 32)
+        end = position + MESSAGE_HEADER_SIZE + payload_size + headers_size
+        if end > size:
+            raise ProtocolError(
+                f"message {index} runs past the batch", IggyErrorCode.INVALID_MESSAGE_PAYLOAD_LENGTH
+            )
+        if reserved:
+            raise ProtocolError(
+                f"message {index} reserved bytes are not zero",
+                IggyErrorCode.INVALID_RESERVED_FIELD,
+            )
+        positions[index] = position
+        position = end
+    if position != size:
+        raise ProtocolError(
+            f"{size - position} bytes after the last message",
+            IggyErrorCode.INVALID_MESSAGES_COUNT,
+        )
+    return positions
 
 
 def slice_batch(record: Buffer, from_offset: int, count_max: int) -> BatchSlice | None:
