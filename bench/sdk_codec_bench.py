@@ -20,6 +20,12 @@ measured is everything the SDK does per batch in Python except the system calls.
 * ``poll, every field``: every attribute of every message read;
 * ``poll, decode only``: the poll, no message read.
 
+With ``--live``, one ``viewstream serve`` node is started and each round also runs,
+with the trio client over TCP, ``--batches`` lock-step sends of ``Message`` values
+(``live: send Message``) and then polls of them reading every payload (``live: poll,
+payloads``): the client's whole CPU per batch, socket and trio included (the node's
+CPU is not counted).
+
 Figures are CPU time (``time.process_time``) per batch in µs: the median over
 ``--rounds`` rounds of ``--batches`` batches each. With ``--against DIR`` (another
 checkout's root, e.g. ``git worktree add`` of main), each round runs once in a process
@@ -31,6 +37,7 @@ measurement tool, not a test: it asserts nothing about speed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -43,6 +50,8 @@ from typing import Any
 
 _ROOT = Path(__file__).resolve().parent.parent
 _SESSION = 42
+USERNAME = "iggy"
+PASSWORD = "iggy"
 _CLIENT = 0x1234_5678_9ABC_DEF0_1234_5678_9ABC_DEF0
 
 
@@ -219,7 +228,60 @@ def _worker(messages: int, size: int, batches: int) -> None:
     print(json.dumps(figures))
 
 
-def _round(tree: Path, arguments: argparse.Namespace) -> dict[str, float]:
+def _live_worker(address: str, stream: str, messages: int, size: int, batches: int) -> None:
+    """Against a real node, with the trio client: ``batches`` lock-step sends of
+    ``Message`` values to a new stream, then polls of them by offset reading every
+    payload; prints {case: client CPU µs per batch} as JSON (socket and trio included)."""
+    import random
+
+    import trio
+
+    from sdk import AsyncClient, ClientConfig, ConsumerRef, Message, PollingStrategy
+
+    payload = random.Random(3).randbytes(size)
+    batch = [Message(payload) for _ in range(messages)]
+
+    async def main() -> dict[str, float]:
+        config = ClientConfig.one_node(address, username=USERNAME, password=PASSWORD)
+        async with AsyncClient(config) as client:
+            await client.create_stream(stream)
+            await client.create_topic(stream, "t", partitions_count=1)
+            for _ in range(10):  # warm: connections, caches
+                await client.send_messages(stream, "t", batch, 0)
+            start = time.process_time()
+            for _ in range(batches):
+                await client.send_messages(stream, "t", batch, 0)
+            sent = time.process_time() - start
+            consumer = ConsumerRef.single(1)
+            offset = 0
+            read = 0
+            start = time.process_time()
+            for _ in range(batches):
+                polled = await client.poll_messages(
+                    stream,
+                    "t",
+                    consumer=consumer,
+                    polling_strategy=PollingStrategy.offset(offset),
+                    count=messages,
+                    partition_id=0,
+                )
+                for message in polled.messages:
+                    read += len(message.payload)
+                offset += len(polled.messages)
+            polled_s = time.process_time() - start
+            assert read == batches * messages * size, read
+            await client.delete_stream(stream)
+        return {
+            "live: send Message": sent / batches * 1e6,
+            "live: poll, payloads": polled_s / batches * 1e6,
+        }
+
+    print(json.dumps(trio.run(main)))
+
+
+def _round(
+    tree: Path, arguments: argparse.Namespace, live: str | None = None, stream: str = ""
+) -> dict[str, float]:
     environment = dict(os.environ, PYTHONPATH=str(tree))
     command = [
         sys.executable,
@@ -232,6 +294,8 @@ def _round(tree: Path, arguments: argparse.Namespace) -> dict[str, float]:
         "--batches",
         str(arguments.batches),
     ]
+    if live is not None:
+        command += ["--live-node", live, "--live-stream", stream]
     output = subprocess.run(
         command, env=environment, check=True, capture_output=True, text=True, timeout=600
     ).stdout
@@ -247,8 +311,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batches", type=int, default=400, help="batches per round and case")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per tree")
     parser.add_argument("--against", type=Path, help="another checkout to compare with")
+    parser.add_argument(
+        "--live", action="store_true", help="also send and poll through a real node (trio)"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--live-node", help=argparse.SUPPRESS)
+    parser.add_argument("--live-stream", help=argparse.SUPPRESS)
     arguments = parser.parse_args(argv)
+    if arguments.worker and arguments.live_node:
+        _live_worker(
+            arguments.live_node,
+            arguments.live_stream,
+            arguments.messages,
+            arguments.size,
+            arguments.batches,
+        )
+        return
     if arguments.worker:
         _worker(arguments.messages, arguments.size, arguments.batches)
         return
@@ -256,10 +334,24 @@ def main(argv: list[str] | None = None) -> None:
     if arguments.against is not None:
         trees.append(("against", arguments.against.resolve()))
     samples: dict[str, dict[str, list[float]]] = {label: {} for label, _ in trees}
-    for _ in range(arguments.rounds):
-        for label, tree in trees:
-            for name, value in _round(tree, arguments).items():
-                samples[label].setdefault(name, []).append(value)
+    with contextlib.ExitStack() as stack:
+        node: str | None = None
+        if arguments.live:
+            from bench.load.params import Embedded
+            from bench.load.servers import embedded_server
+
+            server = stack.enter_context(
+                embedded_server(Embedded.SINGLE, username=USERNAME, password=PASSWORD)
+            )
+            node = server.addresses[0]
+        for number in range(arguments.rounds):
+            for index, (label, tree) in enumerate(trees):
+                for name, value in _round(tree, arguments).items():
+                    samples[label].setdefault(name, []).append(value)
+                if node is not None:
+                    stream = f"codec-bench-{number}-{index}"
+                    for name, value in _round(tree, arguments, node, stream).items():
+                        samples[label].setdefault(name, []).append(value)
     print(
         f"client CPU per batch of {arguments.messages} x {arguments.size} B, µs "
         f"(median of {arguments.rounds} rounds of {arguments.batches} batches; process_time)"
