@@ -54,6 +54,7 @@ import random
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Final, TypeAlias, TypeVar
 
 from sdk._cluster import METADATA, Cluster, PartitionGroup, RouteKey
@@ -77,21 +78,24 @@ from sdk.errors import SessionEvicted as SessionEndedError
 from sdk.types import (
     ConsumerRef,
     IdLike,
+    Message,
     MessageLike,
     PartitioningLike,
     PolledMessages,
-    ReceivedMessage,
+    polled_messages,
     to_identifier,
     to_message,
     to_partitioning,
 )
 from sdk.wire import (
+    COMMANDS,
     HEADER_SIZE,
     LONG_POLL_CODE,
     LONG_POLL_WAIT_MS_MAX,
     RUNTIME_STATS_CODE,
     AckLevel,
     Balanced,
+    Buffer,
     ChangePassword,
     ClientInfo,
     ClientInfoDetails,
@@ -170,9 +174,9 @@ from sdk.wire import (
     Users,
     UserStatus,
     build_request_frame,
-    build_send_messages,
+    build_send_messages_columns,
     operation_for_code,
-    read_reply,
+    split_result,
 )
 
 __all__ = [
@@ -523,7 +527,13 @@ class ClientCore:
             if header.status != 0:
                 raise ServerRejected(header.status)
             return header, None
-        return header, read_reply(code, frame)
+        if header.status != 0:
+            raise ServerRejected(header.status)
+        # read_reply without parsing the header a second time.
+        spec = COMMANDS.get(code)
+        if spec is None:
+            raise ValueError(f"command {code} is not supported by this codec")
+        return header, spec.decode_reply(split_result(header.operation, frame.body))
 
     def _call(
         self,
@@ -1245,19 +1255,85 @@ class ClientCore:
         timestamp get the wall clock. If the reply of an applied send aged out of the
         server's client table (59) while the SDK retried, the send was applied once and
         the confirmations are empty.
+
+        The batch is built from its columns (payloads, ids, timestamps, header blocks),
+        read off the messages with one C-level pass each: a batch of plain ``bytes``
+        payloads or of :class:`~sdk.types.Message` values costs no object per message.
         """
-        batch = [to_message(m) for m in messages]
-        if not batch:
+        values = messages if isinstance(messages, list | tuple) else list(messages)
+        if not values:
             raise ValueError("send at least one message")
+        kinds = set(map(type, values))
+        payloads: Sequence[Buffer]
+        ids: list[int] | None = None
+        timestamps: list[int] | None = None
+        user_headers: list[bytes] | None = None
+        if kinds == {bytes}:
+            payloads = values  # type: ignore[assignment]  # checked: all bytes
+        else:
+            if kinds != {Message}:
+                values = [to_message(value) for value in values]
+            batch: Sequence[Message] = values  # type: ignore[assignment]  # all Message now
+            payloads = list(map(_PAYLOAD, batch))
+            ids = list(map(_ID, batch))
+            timestamps = list(map(_ORIGIN_TIMESTAMP, batch))
+            if any(map(_HEADERS, batch)):
+                user_headers = [message.encoded_headers() for message in batch]
         stream_id, topic_id = to_identifier(stream), to_identifier(topic)
         partition = yield from self.resolve_partition(stream_id, topic_id, partitioning)
         now_us = self._wall_clock_us()
-        fresh_ids = iter(self._message_ids(sum(1 for m in batch if not m.id)))
-        outgoing = [
-            m.outgoing(m.id or next(fresh_ids), m.origin_timestamp or now_us) for m in batch
-        ]
-        buffer = build_send_messages(
-            stream_id, topic_id, PartitionId(partition), outgoing, headroom=HEADER_SIZE
+        buffer = build_send_messages_columns(
+            stream_id,
+            topic_id,
+            PartitionId(partition),
+            payloads,
+            self._fill_ids(ids, len(payloads)),
+            _fill_timestamps(timestamps, now_us),
+            user_headers,
+            headroom=HEADER_SIZE,
+        )
+        return (yield from self.send_prepared(stream_id, topic_id, partition, buffer))
+
+    def send_payloads(
+        self,
+        stream: IdLike,
+        topic: IdLike,
+        payloads: Sequence[Buffer],
+        partitioning: PartitioningLike = _BALANCED,
+        *,
+        ids: Sequence[int] | None = None,
+        origin_timestamp: int = 0,
+    ) -> Step[list[SendConfirmation]]:
+        """SEND_MESSAGES of payloads handed over as buffers, exactly once across retries.
+
+        The zero-copy path: each payload (``bytes``, ``bytearray``, ``memoryview`` or any
+        contiguous buffer) is read once, into the request frame, and not kept; no
+        message object is made. ``ids`` gives one id per payload (0: minted, as for a
+        :class:`~sdk.types.Message` without one), ``None`` mints them all;
+        ``origin_timestamp`` (µs, 0: the wall clock) is every message's.
+        """
+        count = len(payloads)
+        if count == 0:
+            raise ValueError("send at least one message")
+        chosen_ids: list[int] | None = None
+        if ids is not None:
+            if len(ids) != count:
+                raise ValueError(f"{len(ids)} ids for {count} payloads")
+            if min(ids) < 0 or max(ids) >= 1 << 128:
+                raise ValueError("message id must fit 128 bits")
+            chosen_ids = list(ids)
+        if origin_timestamp < 0:
+            raise ValueError("origin_timestamp is µs since the epoch, not negative")
+        stream_id, topic_id = to_identifier(stream), to_identifier(topic)
+        partition = yield from self.resolve_partition(stream_id, topic_id, partitioning)
+        buffer = build_send_messages_columns(
+            stream_id,
+            topic_id,
+            PartitionId(partition),
+            payloads,
+            self._fill_ids(chosen_ids, count),
+            origin_timestamp or self._wall_clock_us(),
+            headroom=HEADER_SIZE,
         )
         return (yield from self.send_prepared(stream_id, topic_id, partition, buffer))
 
@@ -1281,6 +1357,30 @@ class ClientCore:
             return []
         return list(_expect(answer.payload, SendMessagesReply).confirmations)
 
+    def _fill_ids(self, ids: list[int] | None, count: int) -> list[int] | bytes:
+        """``ids`` with every 0 replaced by a minted id; ``None``: ``count`` minted ids,
+        packed as 16 little-endian bytes each (no int per message)."""
+        missing = count if ids is None else ids.count(0)
+        if missing == count:
+            return self._message_id_bytes(count)
+        assert ids is not None
+        if missing:
+            fresh = iter(self._message_ids(missing))
+            ids = [message_id or next(fresh) for message_id in ids]
+        return ids
+
+    def _message_id_bytes(self, count: int) -> bytes:
+        """The ids :meth:`_message_ids` would mint, packed as 16 little-endian bytes each
+        (one draw; the per-id walk only when the draw holds a zero id)."""
+        raw = self._rng.getrandbits(128 * count).to_bytes(16 * count, "little")
+        if _ZERO_ID in raw and any(
+            raw[start : start + 16] == _ZERO_ID for start in range(0, len(raw), 16)
+        ):
+            return b"".join(
+                message_id.to_bytes(16, "little") for message_id in self._ids_from_draw(raw)
+            )
+        return raw
+
     def _message_ids(self, count: int) -> list[int]:
         """``count`` random nonzero 128-bit message ids from one draw of the rng.
 
@@ -1291,7 +1391,11 @@ class ClientCore:
         """
         if count == 0:
             return []
-        raw = self._rng.getrandbits(128 * count).to_bytes(16 * count, "little")
+        return self._ids_from_draw(
+            self._rng.getrandbits(128 * count).to_bytes(16 * count, "little")
+        )
+
+    def _ids_from_draw(self, raw: bytes) -> list[int]:
         ids = [
             int.from_bytes(raw[start : start + 16], "little") for start in range(0, len(raw), 16)
         ]
@@ -1546,27 +1650,24 @@ class _LoginRefused(Exception):
     """An empty Register reply (internal signal)."""
 
 
+_PAYLOAD: Final = attrgetter("payload")
+_ID: Final = attrgetter("id")
+_ORIGIN_TIMESTAMP: Final = attrgetter("origin_timestamp")
+_HEADERS: Final = attrgetter("headers")
+_ZERO_ID: Final = bytes(16)
+
+
+def _fill_timestamps(timestamps: list[int] | None, now_us: int) -> list[int] | int:
+    """Origin timestamps with every 0 replaced by ``now_us`` (just ``now_us`` when all
+    are 0, the common case: one value for the batch)."""
+    if timestamps is None or not any(timestamps):
+        return now_us
+    return [timestamp or now_us for timestamp in timestamps]
+
+
 def _polled(reply: PollMessagesReply) -> PolledMessages:
-    """The messages of a poll reply."""
-    partition = reply.partition_id
-    # ``_make`` is tuple.__new__: a poll builds one message per record it read.
-    make = ReceivedMessage._make
-    messages = [
-        make(
-            (
-                partition,
-                m.offset,
-                m.id,
-                m.checksum,
-                m.timestamp,
-                m.origin_timestamp,
-                bytes(m.payload),
-                bytes(m.user_headers),
-            )
-        )
-        for m in reply.messages()
-    ]
-    return PolledMessages(partition, reply.current_offset, messages)
+    """The messages of a poll reply, read lazily from its buffer."""
+    return PolledMessages(reply.partition_id, reply.current_offset, polled_messages(reply))
 
 
 def frame_view(frame: Frame) -> int:

@@ -24,7 +24,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, TypeVar, Unpack
 
@@ -58,6 +58,7 @@ from sdk.types import (
 from sdk.wire import (
     NEED_MORE_BYTES,
     Balanced,
+    Buffer,
     ClientInfo,
     ClientInfoDetails,
     ClusterMetadata,
@@ -560,6 +561,24 @@ class Client:
     ) -> list[SendConfirmation]:
         """Append messages to one partition, exactly once across the SDK's retries."""
         return self._run(self._core.send_messages(stream, topic, messages, partitioning))
+
+    def send_payloads(
+        self,
+        stream: IdLike,
+        topic: IdLike,
+        payloads: Sequence[Buffer],
+        partitioning: PartitioningLike = _BALANCED,
+        *,
+        ids: Sequence[int] | None = None,
+        origin_timestamp: int = 0,
+    ) -> list[SendConfirmation]:
+        """Append payloads handed over as buffers, the zero-copy send (see
+        :meth:`sdk.client.AsyncClient.send_payloads`)."""
+        return self._run(
+            self._core.send_payloads(
+                stream, topic, payloads, partitioning, ids=ids, origin_timestamp=origin_timestamp
+            )
+        )
 
     def poll_messages(
         self,

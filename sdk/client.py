@@ -22,7 +22,7 @@ import random
 import socket
 import ssl
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, suppress
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, TypeVar, Unpack
@@ -59,6 +59,7 @@ from sdk.types import (
 from sdk.wire import (
     NEED_MORE_BYTES,
     Balanced,
+    Buffer,
     ClientInfo,
     ClientInfoDetails,
     ClusterMetadata,
@@ -647,6 +648,44 @@ class AsyncClient:
                 the batch may have been applied.
         """
         return await self._run(self._core.send_messages(stream, topic, messages, partitioning))
+
+    async def send_payloads(
+        self,
+        stream: IdLike,
+        topic: IdLike,
+        payloads: Sequence[Buffer],
+        partitioning: PartitioningLike = _BALANCED,
+        *,
+        ids: Sequence[int] | None = None,
+        origin_timestamp: int = 0,
+    ) -> list[SendConfirmation]:
+        """Append payloads handed over as buffers: the zero-copy send.
+
+        No message object is made and no payload is copied before the request frame:
+        each payload is read once, into the frame, during the call, and not kept after
+        it. Retries re-send that frame, exactly once as :meth:`send_messages`.
+
+        Args:
+            stream: The stream.
+            topic: The topic.
+            payloads: ``bytes``, ``bytearray``, ``memoryview`` or any contiguous buffer;
+                do not change them until the call returns.
+            partitioning: As for :meth:`send_messages`.
+            ids: One 128-bit id per payload (0: a random one); ``None``: all random.
+            origin_timestamp: Every message's origin timestamp in µs (0: now).
+
+        Returns:
+            Where the batch landed (empty if the reply was lost but the send applied).
+
+        Raises:
+            ValueError: no payloads, ``ids`` of another length or out of range, or a
+                payload above ``MAX_PAYLOAD_BYTES``.
+        """
+        return await self._run(
+            self._core.send_payloads(
+                stream, topic, payloads, partitioning, ids=ids, origin_timestamp=origin_timestamp
+            )
+        )
 
     async def poll_messages(
         self,

@@ -15,13 +15,15 @@ unless it is all decimal digits (then it is a numeric id); pass an
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import struct
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Final, Literal, NamedTuple, TypeAlias, TypedDict
+from typing import Any, Final, Literal, TypeAlias, TypedDict
 
 from sdk.wire import (
     Balanced,
+    Buffer,
     Consumer,
     ConsumerKind,
     HeaderKind,
@@ -31,11 +33,14 @@ from sdk.wire import (
     OutgoingMessage,
     PartitionId,
     PollingStrategy,
+    PollMessagesReply,
     UserHeader,
     decode_header_value,
     decode_user_headers,
     encode_user_headers,
+    frame_positions,
 )
+from sdk.wire.batch import MESSAGE_HEADER
 from sdk.wire.primitives import HeaderValue
 
 __all__ = [
@@ -144,9 +149,70 @@ def to_message(value: MessageLike) -> Message:
     return Message(bytes(value))
 
 
-class ReceivedMessage(NamedTuple):
-    """A polled message (immutable; a NamedTuple because a poll makes one per message,
-    and building a tuple costs a third of building a frozen dataclass).
+class _Record:
+    """One batch record of a poll reply, shared by the messages read from it: the
+    reply's bytes (read-only view), the batch fields every message adds to, and the
+    payload and header sizes when all its frames share them (-1 when they vary)."""
+
+    __slots__ = (
+        "base_offset",
+        "base_timestamp",
+        "data",
+        "headers_size",
+        "origin_timestamp",
+        "partition_id",
+        "payload_size",
+    )
+
+    def __init__(
+        self,
+        data: memoryview,
+        partition_id: int,
+        base_offset: int,
+        base_timestamp: int,
+        origin_timestamp: int,
+        payload_size: int = -1,
+        headers_size: int = -1,
+    ) -> None:
+        self.data = data
+        self.partition_id = partition_id
+        self.base_offset = base_offset
+        self.base_timestamp = base_timestamp
+        self.origin_timestamp = origin_timestamp
+        self.payload_size = payload_size
+        self.headers_size = headers_size
+
+
+_U32: Final = struct.Struct("<I")
+_U64: Final = struct.Struct("<Q")
+_LENGTHS: Final = struct.Struct("<II")  # a frame's header bytes 32..40
+_FIELD_NAMES: Final = (
+    "partition_id",
+    "offset",
+    "id",
+    "checksum",
+    "timestamp",
+    "origin_timestamp",
+    "payload",
+    "user_headers",
+)
+
+
+class ReceivedMessage:
+    """A polled message, decoded lazily: each field is read from the poll reply when it
+    is read, so a consumer pays only for the fields it reads.
+
+    Polled messages share the reply's buffer: :attr:`payload_view` is a read-only
+    ``memoryview`` slice of it (no copy), :attr:`payload` a ``bytes`` copy of just that
+    payload. A message, or any view taken from it, keeps the whole reply buffer alive
+    (up to the poll's ``count`` messages): keep ``bytes(message.payload_view)``, not
+    the message, to hold one payload for long. The SDK never writes to or reuses a
+    reply's buffer, so views stay valid as long as they are held.
+
+    Made by hand (``ReceivedMessage(partition_id, offset, id, checksum, timestamp,
+    origin_timestamp, payload, user_headers=b"")``, as the ``NamedTuple`` it used to be),
+    it holds a one-message record of its own. Its fields are read-only properties;
+    it is equal, hashed and iterated by its eight fields in that order.
 
     Attributes:
         partition_id: The partition it was read from.
@@ -155,18 +221,122 @@ class ReceivedMessage(NamedTuple):
         checksum: Its XXH3-64 checksum as stored.
         timestamp: Broker append time, µs.
         origin_timestamp: Producer time, µs.
-        payload: The bytes.
+        payload: The bytes (a copy; see :attr:`payload_view`).
+        payload_view: The bytes as a read-only view of the reply (no copy).
         user_headers: The raw user-headers block (see :attr:`headers`).
     """
 
-    partition_id: int
-    offset: int
-    id: int
-    checksum: int
-    timestamp: int
-    origin_timestamp: int
-    payload: bytes
-    user_headers: bytes = b""
+    __slots__ = ("_position", "_record")
+
+    _record: _Record
+    _position: int
+    _fields: Final = _FIELD_NAMES
+
+    def __init__(
+        self,
+        partition_id: int,
+        offset: int,
+        id: int,
+        checksum: int,
+        timestamp: int,
+        origin_timestamp: int,
+        payload: Buffer,
+        user_headers: Buffer = b"",
+    ) -> None:
+        payload_bytes = bytes(payload)
+        headers_bytes = bytes(user_headers)
+        if not 0 <= id < 1 << 128:
+            raise ValueError("message id must fit 128 bits")
+        header = MESSAGE_HEADER.pack(
+            checksum,
+            id & 0xFFFF_FFFF_FFFF_FFFF,
+            id >> 64,
+            0,
+            0,
+            len(headers_bytes),
+            len(payload_bytes),
+            0,
+        )
+        data = memoryview(header + payload_bytes + headers_bytes).toreadonly()
+        self._record = _Record(
+            data,
+            partition_id,
+            offset,
+            timestamp,
+            origin_timestamp,
+            len(payload_bytes),
+            len(headers_bytes),
+        )
+        self._position = 0
+
+    @property
+    def partition_id(self) -> int:
+        """The partition it was read from."""
+        return self._record.partition_id
+
+    @property
+    def offset(self) -> int:
+        """Its offset in the partition."""
+        record = self._record
+        delta: int = _U32.unpack_from(record.data, self._position + 24)[0]
+        return record.base_offset + delta
+
+    @property
+    def id(self) -> int:
+        """Its 128-bit id."""
+        position = self._position + 8
+        return int.from_bytes(self._record.data[position : position + 16], "little")
+
+    @property
+    def checksum(self) -> int:
+        """Its XXH3-64 checksum as stored (not verified by a poll)."""
+        checksum: int = _U64.unpack_from(self._record.data, self._position)[0]
+        return checksum
+
+    @property
+    def timestamp(self) -> int:
+        """Broker append time, µs (the batch's)."""
+        return self._record.base_timestamp
+
+    @property
+    def origin_timestamp(self) -> int:
+        """Producer time, µs."""
+        record = self._record
+        delta: int = _U32.unpack_from(record.data, self._position + 28)[0]
+        return record.origin_timestamp + delta
+
+    @property
+    def payload_view(self) -> memoryview:
+        """The payload as a read-only view of the reply's buffer (no copy; see the
+        class docstring for how long it keeps the buffer)."""
+        record = self._record
+        start = self._position + 48
+        size = record.payload_size
+        if size < 0:
+            size = _U32.unpack_from(record.data, start - 12)[0]
+        return record.data[start : start + size]
+
+    @property
+    def payload(self) -> bytes:
+        """The payload, copied out of the reply (``bytes``, as before views existed)."""
+        record = self._record
+        start = self._position + 48
+        size = record.payload_size
+        if size < 0:
+            size = _U32.unpack_from(record.data, start - 12)[0]
+        return record.data[start : start + size].tobytes()
+
+    @property
+    def user_headers(self) -> bytes:
+        """The raw user-headers block (see :attr:`headers`)."""
+        record = self._record
+        if record.headers_size == 0:
+            return b""
+        headers_size, payload_size = _LENGTHS.unpack_from(record.data, self._position + 32)
+        if not headers_size:
+            return b""
+        start = self._position + 48 + payload_size
+        return record.data[start : start + headers_size].tobytes()
 
     @property
     def headers(self) -> dict[str, HeaderValue]:
@@ -176,6 +346,88 @@ class ReceivedMessage(NamedTuple):
             key = header.key.decode("utf-8", errors="replace")
             decoded[key] = decode_header_value(header.value_kind, header.value)
         return decoded
+
+    def _values(self) -> tuple[int, int, int, int, int, int, bytes, bytes]:
+        return (
+            self.partition_id,
+            self.offset,
+            self.id,
+            self.checksum,
+            self.timestamp,
+            self.origin_timestamp,
+            self.payload,
+            self.user_headers,
+        )
+
+    def __iter__(self) -> Iterator[int | bytes]:
+        return iter(self._values())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ReceivedMessage):
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(
+            f"{name}={value!r}" for name, value in zip(_FIELD_NAMES, self._values(), strict=True)
+        )
+        return f"ReceivedMessage({fields})"
+
+    def __reduce__(self) -> tuple[type[ReceivedMessage], tuple[int | bytes, ...]]:
+        return (ReceivedMessage, self._values())
+
+    def _asdict(self) -> dict[str, int | bytes]:
+        """The fields by name (as a ``NamedTuple``'s ``_asdict``)."""
+        return dict(zip(_FIELD_NAMES, self._values(), strict=True))
+
+    def _replace(self, **changes: Any) -> ReceivedMessage:
+        """A copy with some fields changed (as a ``NamedTuple``'s ``_replace``)."""
+        return ReceivedMessage(**{**self._asdict(), **changes})
+
+
+_new_message = object.__new__
+
+
+def polled_messages(reply: PollMessagesReply) -> list[ReceivedMessage]:
+    """The messages of a decoded poll reply, in order, each read lazily from the reply
+    (one small object per message; no field decoded, no payload copied)."""
+    frames = reply.frames
+    if len(frames) != len(reply.records):  # not from decode: find the frames now
+        frames = tuple(map(frame_positions, reply.records))
+    messages: list[ReceivedMessage] = []
+    for record, positions in zip(reply.records, frames, strict=True):
+        data = memoryview(record).toreadonly()
+        if data.format != "B" or data.ndim != 1:
+            data = data.cast("B")
+        partition_id = reply.partition_id
+        base_offset, base_timestamp, origin_timestamp = _BASES.unpack_from(data, 8)
+        payload_size = headers_size = -1
+        if isinstance(positions, range) and positions:
+            # Frames of one size (frame_positions proved every frame's lengths equal).
+            headers_size, payload_size = _LENGTHS.unpack_from(data, positions[0] + 32)
+        shared = _Record(
+            data,
+            partition_id,
+            base_offset,
+            base_timestamp,
+            origin_timestamp,
+            payload_size,
+            headers_size,
+        )
+        append = messages.append
+        # The one loop a poll runs per message: an object of two slots, nothing read.
+        for position in positions:
+            message = _new_message(ReceivedMessage)
+            message._record = shared
+            message._position = position
+            append(message)
+    return messages
+
+
+_BASES: Final = struct.Struct("<QQQ")  # a batch header's bytes 8..32
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,8 +49,11 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain, repeat
+from operator import and_, attrgetter, lshift, or_, rshift, sub
 from typing import Final, NamedTuple
 
 import xxhash
@@ -74,6 +77,8 @@ __all__ = [
     "VerifiedBatch",
     "batch_checksum",
     "build_batch",
+    "build_batch_columns",
+    "frame_positions",
     "iter_batch_records",
     "read_batch",
     "slice_batch",
@@ -138,6 +143,10 @@ _U64_MASK: Final = 0xFFFF_FFFF_FFFF_FFFF
 _U32_MAX: Final = 0xFFFF_FFFF
 
 _digest = xxhash.xxh3_64_intdigest
+_BYTES_TYPES: Final = frozenset((bytes, bytearray))
+"""Buffers a struct packs as ``s`` fields; other buffers are copied by slice assignment."""
+_VIEW_SHAPE: Final = attrgetter("format", "ndim", "c_contiguous")
+_FLAT_BYTES: Final = ("B", 1, True)
 
 # Verifying a batch whose frames all have one size (the common producer batch) reads
 # its message headers and hashed bytes with a few struct calls instead of a Python step
@@ -252,37 +261,288 @@ def build_batch(messages: Sequence[OutgoingMessage], *, headroom: int = 0) -> by
         ValueError: no messages, a payload or user-header block too large, or origin
             timestamps spanning more than ``MAX_TIMESTAMP_DELTA_US``.
     """
-    count = len(messages)
+    if not messages:
+        raise ValueError("a batch holds at least one message")
+    ids, payloads, user_headers, timestamps = zip(*messages, strict=True)
+    return build_batch_columns(payloads, ids, timestamps, user_headers, headroom=headroom)
+
+
+def build_batch_columns(
+    payloads: Sequence[Buffer],
+    ids: Sequence[int] | bytes,
+    origin_timestamps: Sequence[int] | int,
+    user_headers: Sequence[Buffer] | None = None,
+    *,
+    headroom: int = 0,
+) -> bytearray:
+    """Build a sealed batch from its columns: the same bytes as :func:`build_batch` of
+    the messages the columns describe, without an object per message.
+
+    Args:
+        payloads: At least one payload: ``bytes``, ``bytearray`` or any contiguous
+            buffer (read, not kept: each is copied once, into the batch).
+        ids: One id per payload, or the ids packed as 16 little-endian bytes each.
+        origin_timestamps: One µs timestamp per payload, or one for them all.
+        user_headers: One encoded user-header block per payload, or ``None``: none.
+        headroom: Zero bytes to reserve before the batch (see :func:`build_batch`).
+
+    Returns:
+        ``headroom`` zero bytes followed by the batch.
+
+    Raises:
+        ValueError: as :func:`build_batch`, or columns of different lengths.
+    """
+    count = len(payloads)
     if count == 0:
         raise ValueError("a batch holds at least one message")
     if count > _U32_MAX:
         raise ValueError(f"{count} messages do not fit a batch")
-    origin_timestamp = min(message[3] for message in messages)
-    frames_size = 0
-    for message in messages:
-        payload_size = len(message[1])
-        if payload_size > MAX_PAYLOAD_BYTES:
-            raise ValueError(f"payload of {payload_size} bytes exceeds {MAX_PAYLOAD_BYTES}")
-        frames_size += MESSAGE_HEADER_SIZE + payload_size + len(message[2])
+    kinds = set(map(type, payloads))
+    packable = kinds <= _BYTES_TYPES
+    if not packable and not (
+        kinds == {memoryview} and set(map(_VIEW_SHAPE, payloads)) == {_FLAT_BYTES}
+    ):
+        # Any other buffer is copied by memoryview slice assignment, which needs it
+        # flat and in bytes (a view's len counts items, not bytes).
+        views: Iterator[memoryview] = map(memoryview, payloads)
+        payloads = list(map(memoryview.cast, views, repeat("B")))  # type: ignore[arg-type]
+    sizes = list(map(len, payloads))
+    payload_size = sizes[0]
+    same_sizes = sizes.count(payload_size) == count
+    payload_size_max = payload_size if same_sizes else max(sizes)
+    if isinstance(ids, bytes | bytearray):
+        if len(ids) != 16 * count:
+            raise ValueError(f"{len(ids)} bytes of packed ids for {count} messages")
+        packed_ids: bytes | None = bytes(ids)
+        # Low and high halves of each id, in message order (u128 little-endian).
+        halves: Iterable[int] = struct.unpack(f"<{2 * count}Q", ids)
+    else:
+        if len(ids) != count:
+            raise ValueError(f"{len(ids)} ids for {count} messages")
+        packed_ids = None
+        halves = _id_halves(ids)
+    if isinstance(origin_timestamps, int):
+        origin_timestamp = origin_timestamps
+        timestamp_deltas: Sequence[int] | None = None
+    else:
+        if len(origin_timestamps) != count:
+            raise ValueError(f"{len(origin_timestamps)} timestamps for {count} messages")
+        origin_timestamp = min(origin_timestamps)
+        span = max(origin_timestamps) - origin_timestamp
+        if span > MAX_TIMESTAMP_DELTA_US:
+            raise ValueError(f"origin timestamps span {span} µs, over the maximum")
+        timestamp_deltas = (
+            None if span == 0 else list(map(sub, origin_timestamps, repeat(origin_timestamp)))
+        )
+    if payload_size_max > MAX_PAYLOAD_BYTES:
+        raise ValueError(f"payload of {payload_size_max} bytes exceeds {MAX_PAYLOAD_BYTES}")
+    if user_headers is not None:
+        if len(user_headers) != count:
+            raise ValueError(f"{len(user_headers)} user-header blocks for {count} messages")
+        if not any(user_headers):
+            user_headers = None
+    headers_size = 0 if user_headers is None else len(user_headers[0])
+    uniform = same_sizes and (
+        user_headers is None
+        or (
+            min(map(len, user_headers)) == max(map(len, user_headers))
+            and _BYTES_TYPES.issuperset(map(type, user_headers))
+        )
+    )
+    if uniform:
+        frames_size = count * (MESSAGE_HEADER_SIZE + payload_size + headers_size)
+    else:
+        frames_size = (
+            count * MESSAGE_HEADER_SIZE
+            + sum(sizes)
+            + (0 if user_headers is None else sum(map(len, user_headers)))
+        )
     batch_length = BATCH_HEADER_SIZE + frames_size
     buffer = bytearray(headroom + batch_length)
+    start = headroom + BATCH_HEADER_SIZE
+    if uniform:
+        checksums = _build_uniform(
+            buffer, start, payloads, packable, packed_ids, halves, timestamp_deltas, user_headers
+        )
+    else:
+        checksums = _build_walk(buffer, start, payloads, halves, timestamp_deltas, user_headers)
+    BATCH_HEADER.pack_into(buffer, headroom, 0, 0, 0, origin_timestamp, batch_length, 0, count)
+    header = memoryview(buffer)[headroom : headroom + BATCH_HEADER_SIZE]
+    _U64.pack_into(buffer, headroom + 40, batch_checksum(header, checksums))
+    return buffer
+
+
+def _id_halves(ids: Sequence[int]) -> Iterator[int]:
+    """Each id's low and high 64 bits, interleaved (an id outside 0..2**128-1 gives a
+    half that does not pack, as a struct would refuse the id itself)."""
+    return chain.from_iterable(
+        zip(map(and_, ids, repeat(_U64_MASK)), map(rshift, ids, repeat(64)), strict=True)
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _aligned_frame_layout(
+    count: int, payload_size: int, headers_size: int, payloads_packed: bool
+) -> tuple[struct.Struct, struct.Struct, bytes, bytes]:
+    """For frames whose size is a multiple of 8: a struct writing only the payloads
+    (and header blocks), every header left zero; the struct of the hashed bytes (as
+    :func:`_frame_structs`); and the offset-delta column 0..count-1 and the lengths
+    column, packed as u64 words for strided copies into the frames."""
+    payload = f"{payload_size}s" if payloads_packed else f"{payload_size}x"
+    headers = f"{headers_size}s" if headers_size else ""
+    frame_size = MESSAGE_HEADER_SIZE + payload_size + headers_size
+    return (
+        struct.Struct("<" + (f"{MESSAGE_HEADER_SIZE}x" + payload + headers) * count),
+        struct.Struct("<" + f"8x{frame_size - 8}s" * count),
+        struct.pack(f"<{count}Q", *range(count)),
+        _U64.pack(headers_size | payload_size << 32) * count,
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _frame_structs(
+    count: int, payload_size: int, headers_size: int, payloads_packed: bool
+) -> tuple[struct.Struct, struct.Struct]:
+    """Structs writing and reading ``count`` back-to-back frames of one size in one
+    call.
+
+    The first packs every frame but its checksum: id low and high, the offset and
+    timestamp deltas as one u64, the two lengths as one u64, and, when
+    ``payloads_packed``, the payload (else left zero for the caller to copy in); the
+    user-header block follows as bytes when there is one. The second yields each
+    frame's bytes 8..end, the bytes its checksum covers (copied out: cheaper than a
+    view per frame for the frames producers send, see _COPY_FRAME_MAX).
+    Cached because compiling costs about as much as one build.
+    """
+    payload = f"{payload_size}s" if payloads_packed else f"{payload_size}x"
+    headers = f"{headers_size}s" if headers_size else ""
+    frame = "8xQQQQ8x" + payload + headers
+    frame_size = MESSAGE_HEADER_SIZE + payload_size + headers_size
+    return (
+        struct.Struct("<" + frame * count),
+        struct.Struct("<" + f"8x{frame_size - 8}s" * count),
+    )
+
+
+def _build_uniform(
+    buffer: bytearray,
+    start: int,
+    payloads: Sequence[Buffer],
+    packed_payloads: bool,
+    packed_ids: bytes | None,
+    halves: Iterable[int],
+    timestamp_deltas: Sequence[int] | None,
+    user_headers: Sequence[Buffer] | None,
+) -> bytes:
+    """Write frames that all have one payload size and one header size with a few
+    struct calls, none per message; returns the packed message checksums.
+
+    A header field of every frame is written by one strided copy (a memoryview slice
+    with a step) of a column packed in advance, whatever the message count: as u64
+    words when the frame size is a multiple of 8, else the checksums byte by byte and
+    the other fields by the struct that packs the payloads.
+    """
+    count = len(payloads)
+    payload_size = len(payloads[0])
+    headers_size = 0 if user_headers is None else len(user_headers[0])
+    frame_size = MESSAGE_HEADER_SIZE + payload_size + headers_size
+    view = memoryview(buffer)
+    end = start + count * frame_size
+    if frame_size % 8 == 0:
+        # Payloads (and header blocks) by one struct, then each header field as one
+        # strided copy of u64 words into every frame at once.
+        frames, bodies, offset_deltas, lengths = _aligned_frame_layout(
+            count, payload_size, headers_size, packed_payloads
+        )
+        blocks: list[Sequence[Buffer]] = []
+        if packed_payloads:
+            blocks.append(payloads)
+        if user_headers is not None:
+            blocks.append(user_headers)
+        if len(blocks) == 1:
+            frames.pack_into(buffer, start, *blocks[0])
+        elif blocks:
+            frames.pack_into(buffer, start, *chain.from_iterable(zip(*blocks, strict=True)))
+        # else: nothing to pack, the fresh buffer is zero where the views go
+        if packed_ids is None:
+            packed_ids = struct.pack(f"<{2 * count}Q", *halves)
+        if timestamp_deltas is not None:
+            offset_deltas = struct.pack(
+                f"<{count}Q", *map(or_, range(count), map(lshift, timestamp_deltas, repeat(32)))
+            )
+        words = view[start:end].cast("Q")
+        stride = frame_size // 8
+        id_words = memoryview(packed_ids).cast("Q")
+        words[1::stride] = id_words[0::2]
+        words[2::stride] = id_words[1::2]
+        words[3::stride] = memoryview(offset_deltas).cast("Q")
+        words[4::stride] = memoryview(lengths).cast("Q")
+    else:
+        frames, bodies = _frame_structs(count, payload_size, headers_size, packed_payloads)
+        halves_iterator = iter(halves)
+        # Offset delta i in the low half, the timestamp delta in the high half.
+        delta_words: Iterable[int] = (
+            range(count)
+            if timestamp_deltas is None
+            else map(or_, range(count), map(lshift, timestamp_deltas, repeat(32)))
+        )
+        lengths_words = repeat(headers_size | payload_size << 32)
+        columns: list[Iterable[object]] = [
+            halves_iterator,
+            halves_iterator,
+            delta_words,
+            lengths_words,
+        ]
+        if packed_payloads:
+            columns.append(payloads)
+        if user_headers is not None:
+            columns.append(user_headers)
+        # Some columns repeat without end: the payloads bound the zip.
+        frames.pack_into(buffer, start, *chain.from_iterable(zip(*columns, strict=False)))
+    if not packed_payloads:
+        # Views cannot be packed by a struct: one slice assignment each, run by map.
+        payload_starts = range(start + MESSAGE_HEADER_SIZE, end, frame_size)
+        payload_ends = range(start + MESSAGE_HEADER_SIZE + payload_size, end + 1, frame_size)
+        deque(map(view.__setitem__, map(slice, payload_starts, payload_ends), payloads), 0)
+    checksums = struct.pack(f"<{count}Q", *map(_digest, bodies.unpack_from(buffer, start)))
+    if frame_size % 8 == 0:
+        # One strided copy of 8-byte items (a raw copy: byte order is kept).
+        view[start:end].cast("Q")[:: frame_size // 8] = memoryview(checksums).cast("Q")
+    else:
+        for byte in range(8):
+            view[start + byte : end : frame_size] = checksums[byte::8]
+    return checksums
+
+
+def _build_walk(
+    buffer: bytearray,
+    start: int,
+    payloads: Sequence[Buffer],
+    halves: Iterable[int],
+    timestamp_deltas: Sequence[int] | None,
+    user_headers: Sequence[Buffer] | None,
+) -> bytes:
+    """Write frames of any sizes one message at a time; returns the packed checksums."""
+    count = len(payloads)
     view = memoryview(buffer)
     pack_tail = _MESSAGE_TAIL.pack_into
     pack_u64 = _U64.pack_into
     digest = _digest
     checksums = [0] * count
-    position = headroom + BATCH_HEADER_SIZE
-    for index, (message_id, payload, user_headers, timestamp) in enumerate(messages):
-        timestamp_delta = timestamp - origin_timestamp
-        if timestamp_delta > MAX_TIMESTAMP_DELTA_US:
-            raise ValueError(f"origin timestamps span {timestamp_delta} µs, over the maximum")
+    halves_iterator = iter(halves)
+    deltas: Iterable[int] = repeat(0) if timestamp_deltas is None else timestamp_deltas
+    headers: Iterable[Buffer] = repeat(b"") if user_headers is None else user_headers
+    position = start
+    for index, (payload, id_low, id_high, timestamp_delta, user_header) in enumerate(
+        zip(payloads, halves_iterator, halves_iterator, deltas, headers, strict=False)
+    ):
         payload_size = len(payload)
-        headers_size = len(user_headers)
+        headers_size = len(user_header)
         pack_tail(
             buffer,
             position + 8,
-            message_id & _U64_MASK,
-            message_id >> 64,
+            id_low,
+            id_high,
             index,
             timestamp_delta,
             headers_size,
@@ -295,15 +555,12 @@ def build_batch(messages: Sequence[OutgoingMessage], *, headroom: int = 0) -> by
         view[payload_start:payload_end] = payload
         end = payload_end + headers_size
         if headers_size:
-            view[payload_end:end] = user_headers
+            view[payload_end:end] = user_header
         checksum = digest(view[position + 8 : end])
         pack_u64(buffer, position, checksum)
         checksums[index] = checksum
         position = end
-    BATCH_HEADER.pack_into(buffer, headroom, 0, 0, 0, origin_timestamp, batch_length, 0, count)
-    header = view[headroom : headroom + BATCH_HEADER_SIZE]
-    pack_u64(buffer, headroom + 40, batch_checksum(header, _pack_checksums(checksums)))
-    return buffer
+    return _pack_checksums(checksums)
 
 
 def _header_fields(view: memoryview) -> BatchHeader:
@@ -632,6 +889,73 @@ def read_batch(record: Buffer) -> tuple[BatchHeader, list[BatchMessage]]:
             IggyErrorCode.INVALID_MESSAGES_COUNT,
         )
     return header, messages
+
+
+def frame_positions(record: Buffer) -> Sequence[int]:
+    """Where each message frame of exactly one batch record starts, its layout checked
+    as :func:`read_batch` checks it (same faults, same errors), nothing decoded.
+
+    A record whose frames all have one size (a producer's batch as stored) is proven
+    with two strided reads of its frames' length and reserved fields, whatever its
+    message count; any other record is walked frame by frame.
+
+    Raises:
+        ProtocolError: as :func:`read_batch`.
+    """
+    view = as_byte_view(record)
+    header = _check_header(view)
+    size = len(view)
+    if header.batch_length != size:
+        raise ProtocolError(f"batch length {header.batch_length} but {size} bytes given")
+    count = header.message_count
+    if count == 0:
+        return _walk_positions(view, count)
+    frame_size, uneven = divmod(size - BATCH_HEADER_SIZE, count)
+    if not uneven and frame_size % 8 == 0:
+        # Header bytes 32..40 hold both lengths, 40..48 the reserved field: read as
+        # one u64 column each, every frame's must equal the first's and zero.
+        words = view[BATCH_HEADER_SIZE:].cast("Q")
+        stride = frame_size // 8
+        lengths = words[4::stride].tobytes()
+        first = lengths[:8]
+        headers_size, payload_size = _MESSAGE_LENGTHS.unpack(first)
+        if (
+            MESSAGE_HEADER_SIZE + headers_size + payload_size == frame_size
+            and lengths == first * count
+            and words[5::stride].tobytes() == bytes(8 * count)
+        ):
+            return range(BATCH_HEADER_SIZE, size, frame_size)
+    return _walk_positions(view, count)
+
+
+def _walk_positions(view: memoryview, count: int) -> list[int]:
+    """The frame starts, checking each message as :func:`read_batch` does."""
+    unpack = _LENGTHS_RESERVED.unpack_from
+    size = len(view)
+    positions = [0] * count
+    position = BATCH_HEADER_SIZE
+    for index in range(count):
+        if size - position < MESSAGE_HEADER_SIZE:
+            raise ProtocolError(f"message {index} header truncated")
+        headers_size, payload_size, reserved = unpack(view, position + 32)
+        end = position + MESSAGE_HEADER_SIZE + payload_size + headers_size
+        if end > size:
+            raise ProtocolError(
+                f"message {index} runs past the batch", IggyErrorCode.INVALID_MESSAGE_PAYLOAD_LENGTH
+            )
+        if reserved:
+            raise ProtocolError(
+                f"message {index} reserved bytes are not zero",
+                IggyErrorCode.INVALID_RESERVED_FIELD,
+            )
+        positions[index] = position
+        position = end
+    if position != size:
+        raise ProtocolError(
+            f"{size - position} bytes after the last message",
+            IggyErrorCode.INVALID_MESSAGES_COUNT,
+        )
+    return positions
 
 
 def slice_batch(record: Buffer, from_offset: int, count_max: int) -> BatchSlice | None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Self
 
 from sdk.wire._buffer import Buffer, Reader, Writer, read_whole
@@ -44,6 +44,8 @@ from sdk.wire.batch import (
     OutgoingMessage,
     VerifiedBatch,
     build_batch,
+    build_batch_columns,
+    frame_positions,
     iter_batch_records,
     read_batch,
     verify_batch,
@@ -80,6 +82,7 @@ __all__ = [
     "SendMessagesReply",
     "StoreConsumerOffset",
     "build_send_messages",
+    "build_send_messages_columns",
     "poll_reply_parts",
     "verify_send_messages",
 ]
@@ -189,6 +192,31 @@ def build_send_messages(
     """
     prefix = _send_metadata(stream_id, topic_id, partitioning, len(messages))
     buffer = build_batch(messages, headroom=headroom + len(prefix))
+    buffer[headroom : headroom + len(prefix)] = prefix
+    return buffer
+
+
+def build_send_messages_columns(
+    stream_id: Identifier,
+    topic_id: Identifier,
+    partitioning: Partitioning,
+    payloads: Sequence[Buffer],
+    ids: Sequence[int] | bytes,
+    origin_timestamps: Sequence[int] | int,
+    user_headers: Sequence[Buffer] | None = None,
+    *,
+    headroom: int = 0,
+) -> bytearray:
+    """:func:`build_send_messages` from the batch's columns (see
+    :func:`batch.build_batch_columns`): the same body, no object per message.
+
+    Returns:
+        ``headroom`` zero bytes followed by the body.
+    """
+    prefix = _send_metadata(stream_id, topic_id, partitioning, len(payloads))
+    buffer = build_batch_columns(
+        payloads, ids, origin_timestamps, user_headers, headroom=headroom + len(prefix)
+    )
     buffer[headroom : headroom + len(prefix)] = prefix
     return buffer
 
@@ -338,12 +366,16 @@ class PollMessagesReply:
 
     ``records`` are views of the body when decoded; ``messages_count`` equals the
     messages the records hold. Checksums are passed through, not verified.
+    ``frames`` holds, when decoded, where each record's message frames start (what the
+    layout check found, so readers need not walk the records again); it takes no part
+    in equality.
     """
 
     partition_id: int
     current_offset: int
     messages_count: int
     records: tuple[Buffer, ...] = ()
+    frames: tuple[Sequence[int], ...] = field(default=(), compare=False, repr=False)
 
     def encode(self) -> bytes:
         """The reply payload (copies; servers send :func:`poll_reply_parts`)."""
@@ -353,19 +385,21 @@ class PollMessagesReply:
 
     @classmethod
     def decode(cls, body: Buffer) -> Self:
-        """Parse the reply payload, checking every record's layout."""
+        """Parse the reply payload, checking every record's layout (as
+        :func:`batch.read_batch` does, without reading the messages)."""
         reader = Reader(body)
         partition_id = reader.u32()
         current_offset = reader.u64()
         messages_count = reader.u32()
         records = tuple(iter_batch_records(reader.rest()))
-        held = sum(len(read_batch(record)[1]) for record in records)
+        frames = tuple(frame_positions(record) for record in records)
+        held = sum(len(positions) for positions in frames)
         if held != messages_count:
             raise ProtocolError(
                 f"poll reply says {messages_count} messages but holds {held}",
                 IggyErrorCode.INVALID_MESSAGES_COUNT,
             )
-        return cls(partition_id, current_offset, messages_count, records)
+        return cls(partition_id, current_offset, messages_count, records, frames)
 
     def messages(self) -> list[BatchMessage]:
         """The polled messages in order; payloads are views of the reply body."""
