@@ -214,7 +214,7 @@ class OursClient:
         user = 0
         extra = 0
         for m in messages:
-            user += len(m.payload)
+            user += len(m.payload_view)
             extra += len(m.user_headers)
         return Polled(
             messages=len(messages),
