@@ -54,7 +54,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import and_, attrgetter, lshift, or_, rshift, sub
-from typing import Final, NamedTuple
+from typing import Final, Literal, NamedTuple
 
 import xxhash
 
@@ -983,6 +983,10 @@ def slice_batch(record: Buffer, from_offset: int, count_max: int) -> BatchSlice 
     first_offset = header.base_offset + skip
     if skip == 0 and take == count:
         return BatchSlice((view,), count, first_offset, size)
+    cut = _uniform_cut(view, skip, take)
+    if cut is not None:
+        start, end, packed = cut
+        return _cut_slice(view, start, end, take, first_offset, packed)
     # Two tight loops rather than a helper per frame: a poll walks up to the whole
     # batch, and a Python call per frame costs as much as the walk itself.
     unpack_lengths = _MESSAGE_LENGTHS.unpack_from
@@ -1002,9 +1006,67 @@ def slice_batch(record: Buffer, from_offset: int, count_max: int) -> BatchSlice 
         position += MESSAGE_HEADER_SIZE + payload_size + headers_size
     if position > size:
         raise ProtocolError("stored batch truncated inside a message")
-    selected = view[start:position]
+    return _cut_slice(view, start, position, take, first_offset, _pack_checksums(checksums))
+
+
+def _cut_slice(
+    view: memoryview, start: int, end: int, take: int, first_offset: int, checksums: bytes
+) -> BatchSlice:
+    """The slice of the ``take`` frames at ``view[start:end]``: a new header (the stored
+    one with the length and count clamped, re-sealed over ``checksums``, the selected
+    messages' packed checksums) and one view of the frames."""
+    selected = view[start:end]
     sliced = bytearray(view[:BATCH_HEADER_SIZE])
     _U64.pack_into(sliced, 32, BATCH_HEADER_SIZE + len(selected))
     _U32.pack_into(sliced, 48, take)
-    _U64.pack_into(sliced, 40, batch_checksum(sliced, _pack_checksums(checksums)))
+    _U64.pack_into(sliced, 40, batch_checksum(sliced, checksums))
     return BatchSlice((bytes(sliced), selected), take, first_offset, len(sliced) + len(selected))
+
+
+# Column views of uniform frames: the widest item size dividing the frame size, so a
+# field of every frame is one strided view of items (8 bytes: one column per field).
+_COLUMN_FORMATS: Final[tuple[tuple[int, Literal["Q", "I", "H", "B"]], ...]] = (
+    (8, "Q"),
+    (4, "I"),
+    (2, "H"),
+    (1, "B"),
+)
+
+
+def _uniform_cut(view: memoryview, skip: int, take: int) -> tuple[int, int, bytes] | None:
+    """Where messages ``skip .. skip + take - 1`` of a stored batch are, and their packed
+    checksums, when the frames up to them all declare the first frame's lengths; None
+    otherwise (the caller walks the frames).
+
+    Then frame ``k`` starts at ``256 + k * frame_size``: each frame found there declares
+    that size, which is what the walk would find frame by frame. The check and the
+    checksums are strided views of the batch copied in C, with no Python step per frame
+    (a poll's first and last batches are cut here; the ones between are sent whole).
+    """
+    size = len(view)
+    frames = skip + take
+    if size - BATCH_HEADER_SIZE < MESSAGE_HEADER_SIZE:
+        return None
+    headers_size, payload_size = _MESSAGE_LENGTHS.unpack_from(view, BATCH_HEADER_SIZE + 32)
+    frame_size = MESSAGE_HEADER_SIZE + headers_size + payload_size
+    covered_end = BATCH_HEADER_SIZE + frames * frame_size
+    if covered_end > size:
+        return None
+    width, item = next((w, f) for w, f in _COLUMN_FORMATS if frame_size % w == 0)
+    stride = frame_size // width
+    columns = 8 // width
+    covered = view[BATCH_HEADER_SIZE:covered_end].cast(item)
+    # Header bytes 32..40 of every frame covered (both lengths) against the first's.
+    first = 32 // width
+    lengths = covered[first : first + columns].tobytes()
+    for column in range(columns):
+        expected = lengths[column * width : (column + 1) * width] * frames
+        if covered[first + column :: stride].tobytes() != expected:
+            return None
+    start = BATCH_HEADER_SIZE + skip * frame_size
+    selected = view[start:covered_end].cast(item)
+    packed = bytearray(8 * take)
+    checksums = memoryview(packed).cast(item)
+    for column in range(columns):
+        checksums[column::columns] = selected[column::stride]
+    return start, covered_end, bytes(packed)
