@@ -48,10 +48,13 @@ upgrade bounded like a TLS handshake.
 
 Theory of operation: a reader task feeds a ``FrameDecoder`` and passes whole frames to
 the handler through an unbounded channel whose occupancy a semaphore bounds; the handler
-awaits the node's answer, writes it with one gathered ``sendmsg`` per batch of parts, and
-releases the slot. The decoder shows the reader each header (``admit``): a frame that is
-small enough and fits the budget goes on at once; any other is held at its header while
-the reader decides, waiting if it must. The node-wide state (the per-address table and
+awaits the node's answer, writes it with one gathered write per batch of parts, and
+releases the slot. A reply the socket takes at once (the common case, a poll's stored
+batches included) is written without waiting: no cancel scope, no checkpoint; only the
+rest of one the socket cannot take waits for it, within ``frame_read_timeout_s``. The
+decoder shows the reader each header (``admit``): a frame that is small enough and fits
+the budget goes on at once; any other is held at its header while the reader decides,
+waiting if it must. The node-wide state (the per-address table and
 the byte budget) is one ``ConnectionGuard`` per node (``connection_guard``).
 """
 
@@ -60,6 +63,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -546,6 +550,16 @@ class Connection:
     async def _send(self, parts: list[Buffer]) -> bool:
         """Write ``parts`` in order; False if the client would not take them in time."""
         pending = [memoryview(part).cast("B") for part in parts if len(part)]
+        stream = self._stream
+        if isinstance(stream, trio.SocketStream):
+            # The kernel usually takes a whole reply at once (a poll's 250 KB included):
+            # then no cancel scope, no checkpoint and no deadline are needed for it.
+            try:
+                pending = self._write_nowait(stream.socket.fileno(), pending)
+            except _LINK_ERRORS:
+                return False
+            if not pending:
+                return True
         with trio.move_on_after(self._limits.frame_read_timeout_s):
             try:
                 await self._send_parts(pending)
@@ -568,11 +582,37 @@ class Connection:
         while pending:
             sent = await sock.sendmsg(pending[:IOVECS_MAX])
             counters.bytes_sent += sent
-            while pending and sent >= pending[0].nbytes:
-                sent -= pending[0].nbytes
-                pending.pop(0)
-            if sent:
-                pending[0] = pending[0][sent:]
+            pending = _after(pending, sent)
+
+    def _write_nowait(self, fd: int, pending: list[memoryview]) -> list[memoryview]:
+        """Write what the socket takes now, without waiting (one gathered write per
+        ``IOVECS_MAX`` parts); returns what is left to send.
+
+        Raises:
+            OSError: the connection is broken.
+        """
+        counters = self._node.counters
+        while pending:
+            try:
+                sent = os.writev(fd, pending[:IOVECS_MAX])
+            except BlockingIOError:
+                return pending
+            counters.bytes_sent += sent
+            pending = _after(pending, sent)
+            if not sent:
+                return pending
+        return pending
+
+
+def _after(pending: list[memoryview], sent: int) -> list[memoryview]:
+    """``pending`` without its first ``sent`` bytes (whole parts dropped, the next one
+    cut), mutated in place."""
+    while pending and sent >= pending[0].nbytes:
+        sent -= pending[0].nbytes
+        pending.pop(0)
+    if sent:
+        pending[0] = pending[0][sent:]
+    return pending
 
 
 def _peer_address(stream: trio.abc.Stream) -> str:
