@@ -125,6 +125,7 @@ from sdk.wire import (
     RequestHeader,
     build_eviction_frame,
     build_reply_frame,
+    build_reply_frame_parts,
     register_command_code,
     request_command_code,
     validate_request_header,
@@ -973,13 +974,11 @@ def _poll_answer(
         node.auto_commit(group, route, store, admitted.user_id)
     if last is not None and payload.consumer.kind == wire.ConsumerKind.CONSUMER_GROUP:
         node.served_group_poll(route, session, last)
-    answer = reply_parts(header, parts, replica=node.replica_index)
-    first_offset = machine.state.first_offset
-    return replace(
-        answer,
+    return Response(
+        build_reply_frame_parts(header, parts, replica=node.replica_index),
         group=group_id,
         read_op=group.applied_op,
-        first_offset=first_offset,
+        first_offset=machine.state.first_offset,
         checksum=checksum,
     )
 

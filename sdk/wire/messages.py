@@ -351,12 +351,17 @@ class LongPollMessages:
 _POLL_PREFIX_BYTES: Final = 16
 
 
+_POLL_PREFIX: Final = struct.Struct(
+    "<"
+    "I"  # partition_id
+    "Q"  # current_offset
+    "I"  # messages_count
+)
+assert _POLL_PREFIX.size == _POLL_PREFIX_BYTES
+
+
 def _poll_prefix(partition_id: int, current_offset: int, messages_count: int) -> bytes:
-    writer = Writer()
-    writer.u32(partition_id)
-    writer.u64(current_offset)
-    writer.u32(messages_count)
-    return writer.getvalue()
+    return _POLL_PREFIX.pack(partition_id, current_offset, messages_count)
 
 
 @dataclass(frozen=True, slots=True)
