@@ -48,11 +48,13 @@ upgrade bounded like a TLS handshake.
 
 Theory of operation: a reader task feeds a ``FrameDecoder`` and passes whole frames to
 the handler through an unbounded channel whose occupancy a semaphore bounds; the handler
-awaits the node's answer, writes it with one gathered ``sendmsg`` per batch of parts, and
-releases the slot. The decoder shows the reader each header (``admit``): a frame that is
-small enough and fits the budget goes on at once; any other is held at its header while
-the reader decides, waiting if it must. The node-wide state (the per-address table and
-the byte budget) is one ``ConnectionGuard`` per node (``connection_guard``).
+awaits the node's answer, writes it with one gathered write per batch of parts (tried at
+once on a plain socket; only a reply the kernel does not take whole waits, under the
+reply timeout), and releases the slot. The decoder shows the reader each header
+(``admit``): a frame that is small enough and fits the budget goes on at once; any other
+is held at its header while the reader decides, waiting if it must. The node-wide state
+(the per-address table and the byte budget) is one ``ConnectionGuard`` per node
+(``connection_guard``).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -546,6 +549,20 @@ class Connection:
     async def _send(self, parts: list[Buffer]) -> bool:
         """Write ``parts`` in order; False if the client would not take them in time."""
         pending = [memoryview(part).cast("B") for part in parts if len(part)]
+        if isinstance(self._stream, trio.SocketStream):
+            # Most replies fit the socket's buffer at once: one gathered write, without a
+            # timer; only what the kernel would not take waits, under the timeout.
+            fd = self._stream.socket.fileno()
+            try:
+                sent = os.writev(fd, pending[:IOVECS_MAX]) if fd >= 0 and pending else 0
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                return False
+            self._node.counters.bytes_sent += sent
+            _consume(pending, sent)
+            if not pending:
+                return True
         with trio.move_on_after(self._limits.frame_read_timeout_s):
             try:
                 await self._send_parts(pending)
@@ -568,11 +585,16 @@ class Connection:
         while pending:
             sent = await sock.sendmsg(pending[:IOVECS_MAX])
             counters.bytes_sent += sent
-            while pending and sent >= pending[0].nbytes:
-                sent -= pending[0].nbytes
-                pending.pop(0)
-            if sent:
-                pending[0] = pending[0][sent:]
+            _consume(pending, sent)
+
+
+def _consume(pending: list[memoryview], sent: int) -> None:
+    """Drop the first ``sent`` bytes of ``pending`` (a gathered write took them)."""
+    while pending and sent >= pending[0].nbytes:
+        sent -= pending[0].nbytes
+        pending.pop(0)
+    if sent:
+        pending[0] = pending[0][sent:]
 
 
 def _peer_address(stream: trio.abc.Stream) -> str:
