@@ -104,6 +104,9 @@ OUTGOING_BYTES_MAX: Final = 256 * 1024 * 1024
 RECONNECT_BACKOFF_MIN_S: Final = 0.05
 RECONNECT_BACKOFF_MAX_S: Final = 2.0
 RECEIVE_BYTES_MAX: Final = 1 << 20
+READ_AHEAD_BYTES: Final = 64 * 1024
+"""A link's read-ahead buffer: control messages are read many per call into it; a larger
+frame goes to its own buffer."""
 GROUP_WAIT_S: Final = 3.0
 """How long a forwarded request or a peer message for a group this node does not host
 yet waits for it."""
@@ -656,32 +659,45 @@ class ReplicaBus:
                 peer.bytes_sent += len(pending)
 
     async def _read(self, peer: Peer, stream: BusStream) -> None:
-        buffer = bytearray()
+        """Read frames into one reused read-ahead buffer; a frame larger than it (a
+        prepare) is read into its own buffer, the kernel writing straight into it, so a
+        prepare body is copied once on its way in (plus what arrived with the read that
+        brought its frame header)."""
+        ahead = bytearray(READ_AHEAD_BYTES)
+        view = memoryview(ahead)
+        start = end = 0
         while True:
-            while len(buffer) < _FRAME.size:
-                data = await stream.receive_some(RECEIVE_BYTES_MAX)
-                if not data:
-                    return
-                buffer += data
-            size, kind = _FRAME.unpack_from(buffer, 0)
-            if size > BUS_FRAME_SIZE_MAX:
-                raise BusError(f"replica {peer.index} sent a {size}-byte frame")
-            end = _FRAME.size + size
-            if len(buffer) < end:
-                # Read the rest of a large frame straight into one buffer (from the kernel
-                # into the frame, with no copy in between on a plain socket).
-                payload = bytearray(size)
-                have = len(buffer) - _FRAME.size
-                payload[:have] = memoryview(buffer)[_FRAME.size :]
-                if not await _receive_into(stream, memoryview(payload)[have:]):
-                    return
-                buffer = bytearray()
-                self._dispatch(peer, kind, payload)
-            else:
-                payload = buffer[_FRAME.size : end]
-                del buffer[:end]
-                self._dispatch(peer, kind, payload)
-            await trio.lowlevel.checkpoint()
+            if end - start >= _FRAME.size:
+                size, kind = _FRAME.unpack_from(ahead, start)
+                if size > BUS_FRAME_SIZE_MAX:
+                    raise BusError(f"replica {peer.index} sent a {size}-byte frame")
+                body = start + _FRAME.size
+                if body + size <= end:
+                    payload = bytearray(view[body : body + size])
+                    start = body + size
+                    self._dispatch(peer, kind, payload)
+                    await trio.lowlevel.checkpoint()
+                    continue
+                if _FRAME.size + size > READ_AHEAD_BYTES:
+                    payload = bytearray(size)
+                    have = end - body
+                    payload[:have] = view[body:end]
+                    start = end = 0
+                    if not await _receive_into(stream, memoryview(payload)[have:]):
+                        return
+                    self._dispatch(peer, kind, payload)
+                    await trio.lowlevel.checkpoint()
+                    continue
+            # Not a whole frame (or header) in hand: keep the partial one at the front and
+            # read more after it.
+            if start:
+                view[: end - start] = view[start:end]
+                end -= start
+                start = 0
+            count = await _receive_some_into(stream, view[end:])
+            if not count:
+                return
+            end += count
 
     # -- inbound ----------------------------------------------------------------------------
 
@@ -844,6 +860,16 @@ def _address_of(stream: trio.SocketStream) -> str:
     except OSError:
         return "a closed connection"
     return f"{host}:{port}"
+
+
+async def _receive_some_into(stream: BusStream, view: memoryview) -> int:
+    """Read what has arrived (at least a byte, at most ``len(view)``) into ``view``; 0 if
+    the peer closed."""
+    if isinstance(stream, trio.SocketStream):
+        return await stream.socket.recv_into(view)
+    data = await stream.receive_some(len(view))
+    view[: len(data)] = data
+    return len(data)
 
 
 async def _receive_into(stream: BusStream, view: memoryview) -> bool:
