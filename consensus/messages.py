@@ -6,7 +6,10 @@ the compact frame format they travel in between nodes.
 Invariants:
 
 1. Every frame starts with a 40-byte header whose first 16 bytes are a XXH3-128 checksum
-   of everything after them; nothing in a frame is trusted before that checksum verifies.
+   of everything after them, except in a prepare (and a repair answer): there it covers
+   the frame and prepare headers only, since the prepare header carries the checksum of
+   the body, so a body is hashed once per hop, not twice. Nothing in a frame is trusted
+   before the checksums that cover it verify.
 2. A prepare is identified by its header checksum (XXH3-128 over the packed header,
    which includes the checksum of the body). The same prepare has the same bytes wherever
    it is sent, so a retransmission or a repair answer is indistinguishable from the
@@ -425,6 +428,11 @@ Message = (
 # Encoding ----------------------------------------------------------------------------------
 
 
+_PREPARE_FRAME_HEAD: Final = FRAME_HEADER.size + PREPARE_HEADER.size
+"""The bytes of a prepare frame its frame checksum covers (from byte 16): the frame and
+prepare headers; the body is covered by the prepare header's body checksum (invariant 1)."""
+
+
 def _frame(command: Command, replica: int, group: int, view: int, body: bytes) -> bytes:
     size = FRAME_HEADER.size + len(body)
     assert size <= MESSAGE_SIZE_MAX
@@ -437,22 +445,46 @@ def _frame(command: Command, replica: int, group: int, view: int, body: bytes) -
     return bytes(frame)
 
 
+def _prepare_frame_head(command: Command, replica: int, view: int, prepare: Prepare) -> bytes:
+    """The frame and prepare headers of a prepare frame; its body follows as it is."""
+    header = prepare.header
+    assert len(prepare.body) == header.body_size
+    size = _PREPARE_FRAME_HEAD + header.body_size
+    assert size <= MESSAGE_SIZE_MAX
+    assert 0 <= replica <= 0xFF
+    assert 0 <= header.group <= _U64_MAX and 0 <= view <= _U64_MAX
+    head = bytearray(_PREPARE_FRAME_HEAD)
+    FRAME_HEADER.pack_into(
+        head, 0, bytes(CHECKSUM_SIZE), size, command, replica, header.group, view
+    )
+    head[FRAME_HEADER.size :] = header.pack()
+    head[:CHECKSUM_SIZE] = checksum(memoryview(head)[CHECKSUM_SIZE:])
+    return bytes(head)
+
+
+def encode_message_parts(message: Message, *, sender: int | None = None) -> tuple[bytes, ...]:
+    """:func:`encode_message` as the parts of one frame, in order, for a gathered write:
+    a prepare's body is its own part, not copied into the frame."""
+    if isinstance(message, Prepare):
+        replica = sender if sender is not None else 0
+        head = _prepare_frame_head(Command.PREPARE, replica, message.header.view, message)
+        return (head, message.body)
+    if isinstance(message, RepairPrepare):
+        prepare = message.prepare
+        assert prepare.header.group == message.group
+        head = _prepare_frame_head(Command.REPAIR_PREPARE, message.replica, message.view, prepare)
+        return (head, prepare.body)
+    return (encode_message(message, sender=sender),)
+
+
 def encode_message(message: Message, *, sender: int | None = None) -> bytes:
     """Encode a message into one frame.
 
     ``sender`` is only used for a Prepare (which does not name its sender); it defaults to
     the replica that is primary of the prepare's view and is informational only.
     """
-    if isinstance(message, Prepare):
-        header = message.header
-        assert len(message.body) == header.body_size
-        return _frame(
-            Command.PREPARE,
-            sender if sender is not None else 0,
-            header.group,
-            header.view,
-            header.pack() + message.body,
-        )
+    if isinstance(message, Prepare | RepairPrepare):
+        return b"".join(encode_message_parts(message, sender=sender))
     if isinstance(message, PrepareOk):
         body = _PREPARE_OK.pack(message.op, message.checksum)
         command = Command.PREPARE_OK
@@ -487,12 +519,6 @@ def encode_message(message: Message, *, sender: int | None = None) -> bytes:
     elif isinstance(message, RequestPrepares):
         body = _REQUEST_PREPARES.pack(message.op_min, message.op_max)
         command = Command.REQUEST_PREPARES
-    elif isinstance(message, RepairPrepare):
-        prepare = message.prepare
-        assert len(prepare.body) == prepare.header.body_size
-        assert prepare.header.group == message.group
-        body = prepare.header.pack() + prepare.body
-        command = Command.REPAIR_PREPARE
     elif isinstance(message, RequestSnapshot):
         body = _REQUEST_SNAPSHOT.pack(message.op, message.offset)
         command = Command.REQUEST_SNAPSHOT
@@ -515,6 +541,8 @@ def encode_message(message: Message, *, sender: int | None = None) -> bytes:
 
 # Decoding ----------------------------------------------------------------------------------
 
+_PREPARE_COMMANDS: Final = (int(Command.PREPARE), int(Command.REPAIR_PREPARE))
+
 
 def decode_message(data: bytes | bytearray | memoryview) -> Message:
     """Decode one whole frame; raise MessageError if it is not a valid message."""
@@ -528,7 +556,13 @@ def decode_message(data: bytes | bytearray | memoryview) -> Message:
     )
     if size != len(view_bytes):
         raise MessageError("frame size field disagrees with the frame length")
-    if frame_checksum != checksum(view_bytes[CHECKSUM_SIZE:]):
+    covered = size
+    if command_code in _PREPARE_COMMANDS:
+        # The body is checked against the prepare header's body checksum (invariant 1).
+        if size < _PREPARE_FRAME_HEAD:
+            raise MessageError("prepare frame shorter than its headers")
+        covered = _PREPARE_FRAME_HEAD
+    if frame_checksum != checksum(view_bytes[CHECKSUM_SIZE:covered]):
         raise MessageError("frame checksum mismatch")
     try:
         command = Command(command_code)

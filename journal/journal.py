@@ -330,6 +330,12 @@ class Journal:
         """Segment files this journal holds open now (invariant 7)."""
         return sum((s.log is not None) + (s.index is not None) for s in self._segments)
 
+    @property
+    def segment_count(self) -> int:
+        """How many segments the journal holds (``len(segments())``, without describing
+        each one)."""
+        return len(self._segments)
+
     def segments(self) -> list[SegmentInfo]:
         """Describes every segment, oldest first."""
         last = self._segments[-1] if self._segments else None

@@ -420,11 +420,10 @@ class Balancer:
         self._next: dict[tuple[int, int], int] = {}
 
     def admit_send(
-        self, state: MetadataState, send: wire.SendMessages, body: bytes, session: int
-    ) -> PartitionWrite:
-        """The partition group a send goes to, with ``body`` (the request body as
-        received) as its op; a balanced send moves the topic's counter on only once it
-        is admitted.
+        self, state: MetadataState, send: wire.SendMessages, session: int
+    ) -> PartitionRoute:
+        """The partition a send goes to; a balanced send moves the topic's counter on
+        only once it is admitted.
 
         Raises:
             StateError: unknown stream, topic or partition, no partitions, no permission.
@@ -436,7 +435,7 @@ class Balancer:
         route = route_send(state, send, session, counter)
         if isinstance(send.partitioning, wire.Balanced):
             self._next[key] = counter + 1
-        return PartitionWrite(route, int(operation_for_code(CommandCode.SEND_MESSAGES)), body)
+        return route
 
 
 def admit_offset_write(

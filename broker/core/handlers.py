@@ -107,7 +107,7 @@ from broker.state.metadata import (
     UserStatus,
 )
 from broker.state.metadata_machine import CLIENT_ID_TAKEN_STATUS, MetadataMachine, PartitionStats
-from broker.state.partition_machine import PartitionMachine, retain_body
+from broker.state.partition_machine import PartitionMachine, retain_body, send_body
 from broker.state.permissions import Action
 from broker.state.routing import PartitionRoute, route_offset, route_poll_target
 from consensus import Replica
@@ -708,11 +708,13 @@ def _purges_applied(
 def _send(node: Node, request: Request) -> Flow:
     payload = request.payload
     assert isinstance(payload, wire.SendMessages)
-    body = bytes(request.body)
-    write = node.balancer.admit_send(_state(node), payload, body, request.header.session)
-    group = node.partition(write.route)
+    route = node.balancer.admit_send(_state(node), payload, request.header.session)
+    group = node.partition(route)
+    # Decoded and verified here, once: the group's primary stamps what this hands it.
+    body = send_body(payload)
     checksum = request_checksum(request.code, payload, request.body)
-    outcome = yield from _submitted(node, request, group, checksum, write.operation, write.body)
+    operation = int(Operation.SEND_MESSAGES)
+    outcome = yield from _submitted(node, request, group, checksum, operation, body)
     return _answer(node, request, group, outcome, checksum)
 
 

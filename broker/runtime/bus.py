@@ -82,8 +82,8 @@ from broker.core.refusals import RefusalLimiter
 from broker.runtime.config import Config, parse_address
 from broker.runtime.group import GroupHost
 from broker.runtime.stats import NodeCounters
-from consensus import ClientError, Message, MessageError, Prepare, decode_message, encode_message
-from consensus.messages import MESSAGE_SIZE_MAX, Commit
+from consensus import ClientError, Message, MessageError, Prepare, decode_message
+from consensus.messages import MESSAGE_SIZE_MAX, Commit, encode_message_parts
 from sdk.wire import IggyErrorCode
 
 log = logging.getLogger("viewstream.bus")
@@ -104,6 +104,9 @@ OUTGOING_BYTES_MAX: Final = 256 * 1024 * 1024
 RECONNECT_BACKOFF_MIN_S: Final = 0.05
 RECONNECT_BACKOFF_MAX_S: Final = 2.0
 RECEIVE_BYTES_MAX: Final = 1 << 20
+READ_AHEAD_BYTES: Final = 64 * 1024
+"""A link's read-ahead buffer: control messages are read many per call into it; a larger
+frame goes to its own buffer."""
 GROUP_WAIT_S: Final = 3.0
 """How long a forwarded request or a peer message for a group this node does not host
 yet waits for it."""
@@ -115,7 +118,9 @@ LINK_WAIT_S: Final = 3.0
 FORWARDS_WAITING_MAX: Final = 1024
 """Requests waiting at once for a primary's link; more are refused with 58 at once."""
 IOVECS_MAX: Final = 512
-_MAGIC: Final = b"VSBUS\x00\x02\x00"  # 2: forwards carry the request's identity digest
+# 2: forwards carry the request's identity digest; 3: a prepare frame's checksum covers
+# its headers (its body has its own), and a forwarded send carries its verified batch.
+_MAGIC: Final = b"VSBUS\x00\x03\x00"
 
 _FRAME: Final = struct.Struct("<IB3x")  # payload size, kind
 _HELLO_DIAL: Final = struct.Struct(f"<B{NONCE_SIZE}s{MAC_SIZE}s")  # replica, nonce, mac
@@ -300,7 +305,7 @@ class ReplicaBus:
         self._learning = False
         # A primary sends the same prepare to every backup: encode (and checksum) it once.
         self._last_message: Message | None = None
-        self._last_frame = b""
+        self._last_frame: tuple[bytes, ...] = ()
         # Accepted connections in the handshake, oldest first (at most BUS_HANDSHAKES_MAX).
         self._handshakes: list[_Handshake] = []
         self._refusals = RefusalLimiter()
@@ -310,12 +315,14 @@ class ReplicaBus:
     def send(self, replica: int, message: Message) -> int:
         """Queue a consensus message for ``replica``; returns its size in bytes."""
         if message is self._last_message:
-            frame = self._last_frame
+            parts = self._last_frame
         else:
-            frame = encode_message(message, sender=self.index)
-            self._last_message, self._last_frame = message, frame
-        self._enqueue(self.peers[replica], FrameKind.MESSAGE, frame)
-        return len(frame)
+            # A prepare's body is queued as it is, not copied into a frame: the socket
+            # write gathers it with its headers.
+            parts = encode_message_parts(message, sender=self.index)
+            self._last_message, self._last_frame = message, parts
+        self._enqueue(self.peers[replica], FrameKind.MESSAGE, *parts)
+        return sum(len(part) for part in parts)
 
     def forward(self, host: GroupHost, submission: Submission) -> bool:
         """Hand a request to the node whose replica is the group's primary."""
@@ -336,7 +343,7 @@ class ReplicaBus:
             submission.timestamp_us,
             submission.request_checksum,
         )
-        if not self._enqueue(peer, FrameKind.FORWARD, header + submission.body):
+        if not self._enqueue(peer, FrameKind.FORWARD, header, submission.body):
             return False
         self._forwards.sent(token, primary, submission)
         self._node.counters.forwarded += 1
@@ -405,16 +412,18 @@ class ReplicaBus:
                 peer.read_indexes.pop(token, None)
         return ask.round.commit
 
-    def _enqueue(self, peer: Peer, kind: FrameKind, payload: bytes) -> bool:
+    def _enqueue(self, peer: Peer, kind: FrameKind, *parts: bytes) -> bool:
+        """Queue one frame whose payload is ``parts`` joined (they are not joined here)."""
         if peer.stream is None:
             peer.frames_dropped += 1
             return False
-        if peer.outgoing_bytes + len(payload) > OUTGOING_BYTES_MAX:
+        size = sum(len(part) for part in parts)
+        if peer.outgoing_bytes + size > OUTGOING_BYTES_MAX:
             peer.frames_dropped += 1
             return False
-        peer.outgoing.append(_FRAME.pack(len(payload), kind))
-        peer.outgoing.append(payload)
-        peer.outgoing_bytes += _FRAME.size + len(payload)
+        peer.outgoing.append(_FRAME.pack(size, kind))
+        peer.outgoing.extend(parts)
+        peer.outgoing_bytes += _FRAME.size + size
         peer.wake.set()
         return True
 
@@ -650,36 +659,45 @@ class ReplicaBus:
                 peer.bytes_sent += len(pending)
 
     async def _read(self, peer: Peer, stream: BusStream) -> None:
-        buffer = bytearray()
+        """Read frames into one reused read-ahead buffer; a frame larger than it (a
+        prepare) is read into its own buffer, the kernel writing straight into it, so a
+        prepare body is copied once on its way in (plus what arrived with the read that
+        brought its frame header)."""
+        ahead = bytearray(READ_AHEAD_BYTES)
+        view = memoryview(ahead)
+        start = end = 0
         while True:
-            while len(buffer) < _FRAME.size:
-                data = await stream.receive_some(RECEIVE_BYTES_MAX)
-                if not data:
-                    return
-                buffer += data
-            size, kind = _FRAME.unpack_from(buffer, 0)
-            if size > BUS_FRAME_SIZE_MAX:
-                raise BusError(f"replica {peer.index} sent a {size}-byte frame")
-            end = _FRAME.size + size
-            if len(buffer) < end:
-                # Read the rest of a large frame straight into one buffer.
-                payload = bytearray(size)
-                have = len(buffer) - _FRAME.size
-                payload[:have] = buffer[_FRAME.size :]
-                view = memoryview(payload)
-                while have < size:
-                    count = await stream.receive_some(min(RECEIVE_BYTES_MAX, size - have))
-                    if not count:
+            if end - start >= _FRAME.size:
+                size, kind = _FRAME.unpack_from(ahead, start)
+                if size > BUS_FRAME_SIZE_MAX:
+                    raise BusError(f"replica {peer.index} sent a {size}-byte frame")
+                body = start + _FRAME.size
+                if body + size <= end:
+                    payload = bytearray(view[body : body + size])
+                    start = body + size
+                    self._dispatch(peer, kind, payload)
+                    await trio.lowlevel.checkpoint()
+                    continue
+                if _FRAME.size + size > READ_AHEAD_BYTES:
+                    payload = bytearray(size)
+                    have = end - body
+                    payload[:have] = view[body:end]
+                    start = end = 0
+                    if not await _receive_into(stream, memoryview(payload)[have:]):
                         return
-                    view[have : have + len(count)] = count
-                    have += len(count)
-                buffer = bytearray()
-                self._dispatch(peer, kind, payload)
-            else:
-                payload = buffer[_FRAME.size : end]
-                del buffer[:end]
-                self._dispatch(peer, kind, payload)
-            await trio.lowlevel.checkpoint()
+                    self._dispatch(peer, kind, payload)
+                    await trio.lowlevel.checkpoint()
+                    continue
+            # Not a whole frame (or header) in hand: keep the partial one at the front and
+            # read more after it.
+            if start:
+                view[: end - start] = view[start:end]
+                end -= start
+                start = 0
+            count = await _receive_some_into(stream, view[end:])
+            if not count:
+                return
+            end += count
 
     # -- inbound ----------------------------------------------------------------------------
 
@@ -842,6 +860,35 @@ def _address_of(stream: trio.SocketStream) -> str:
     except OSError:
         return "a closed connection"
     return f"{host}:{port}"
+
+
+async def _receive_some_into(stream: BusStream, view: memoryview) -> int:
+    """Read what has arrived (at least a byte, at most ``len(view)``) into ``view``; 0 if
+    the peer closed."""
+    if isinstance(stream, trio.SocketStream):
+        return await stream.socket.recv_into(view)
+    data = await stream.receive_some(len(view))
+    view[: len(data)] = data
+    return len(data)
+
+
+async def _receive_into(stream: BusStream, view: memoryview) -> bool:
+    """Fill ``view`` from ``stream``; False if the peer closed first."""
+    if isinstance(stream, trio.SocketStream):
+        sock = stream.socket
+        while view:
+            count = await sock.recv_into(view)
+            if not count:
+                return False
+            view = view[count:]
+        return True
+    while view:
+        data = await stream.receive_some(min(RECEIVE_BYTES_MAX, len(view)))
+        if not data:
+            return False
+        view[: len(data)] = data
+        view = view[len(data) :]
+    return True
 
 
 async def _receive_exactly(stream: BusStream, size: int) -> bytes:

@@ -70,6 +70,7 @@ import secrets
 import shutil
 import socket
 import ssl
+import struct
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -1648,13 +1649,36 @@ def _command_name(frame: Frame) -> str:
         return f"{header.operation.name} (code {header.code})"
 
 
+_LABEL_FIELDS: Final = struct.Struct(
+    "<"
+    "176x"  # the request header up to its operation
+    "B"  # 176  operation
+    "19x"  # padding, session, user id
+    "I"  # 196  code (read when the operation is NON_REPLICATED)
+)
+_LABELS: dict[tuple[int, int], str] = {}
+"""Metrics labels by (operation, code) already named: at most one per command code."""
+
+
 def _command_label(frame: Frame) -> str:
     """The command a frame carries, as a metrics label: a ``CommandCode`` name, or
-    ``UNKNOWN_COMMAND`` (the label set stays bounded whatever clients send)."""
+    ``UNKNOWN_COMMAND`` (the label set stays bounded whatever clients send). The name
+    depends on the operation (and its code) alone: once known, it is looked up, not
+    parsed from the whole header again."""
+    data = frame.data
+    if len(data) < _LABEL_FIELDS.size:
+        return UNKNOWN_COMMAND
+    operation, code = _LABEL_FIELDS.unpack_from(data)
+    key = (operation, code if operation == Operation.NON_REPLICATED else 0)
+    label = _LABELS.get(key)
+    if label is not None:
+        return label
     try:
-        return request_command_code(frame.request_header()).name
+        label = request_command_code(frame.request_header()).name
     except ProtocolError:
         return UNKNOWN_COMMAND
+    _LABELS[key] = label
+    return label
 
 
 def _plain(counters: NodeCounters) -> dict[str, Any]:

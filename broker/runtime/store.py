@@ -388,7 +388,7 @@ class GroupStore:
         return (
             not self._journal_reset_pending
             and journal.op_durable < min(op, journal.op_head)
-            and len(journal.segments()) > 1
+            and journal.segment_count > 1
         )
 
     def seal_if_retired(self, op: int) -> None:
@@ -496,7 +496,7 @@ class GroupStore:
         return self.journal.segments()
 
     def segments_count(self) -> int:
-        return len(self.journal.segments())
+        return self.journal.segment_count
 
     # -- cache ------------------------------------------------------------------------------
 

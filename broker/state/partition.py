@@ -37,11 +37,15 @@ Invariants:
 
 Theory of operation:
 
-- **Primary**: ``prepare(op, request, timestamp_us)`` validates the request (a batch is
-  verified in full: frame checksums, batch checksum, layout), stamps it from the head after
-  ``op - 1`` and returns the prepare body. Consensus journals and replicates it.
+- **Primary**: ``prepare(op, request, timestamp_us)`` validates the request, stamps it
+  from the head after ``op - 1`` and returns the prepare body. Consensus journals and
+  replicates it. A batch arrives verified in full (message checksums, batch checksum,
+  layout) by the node that admitted it, with its message checksums: the primary stamps its
+  header and re-seals its batch checksum over them, and reads no message.
 - **Every replica**: ``apply(op, operation, body)`` commits a prepare, in op order, and
-  returns the typed result the reply is built from. ``check_prepared(op, operation,
+  returns the typed result the reply is built from; for a batch it reads the stamped
+  header only (a backup verifies the prepare's checksum, writes and acknowledges it, and
+  decodes no message). ``check_prepared(op, operation,
   body)`` tells whether a prepare's stamp continues the log (it refuses a stamp that
   would break dense offsets). Consensus does not call it yet: a backup journals exactly
   the primary's prepare because the hash chain (each prepare names its parent's
@@ -96,7 +100,9 @@ from broker.state.errors import ErrorCode, StateError
 from sdk.wire.batch import (
     BATCH_HEADER,
     BATCH_HEADER_SIZE,
+    BatchHeader,
     BatchSlice,
+    VerifiedBatch,
     slice_batch,
     stamped_batch,
     verify_batch,
@@ -181,9 +187,15 @@ class Frontier:
 
 @dataclass(frozen=True, slots=True)
 class SendMessages:
-    """A producer's batch (256-byte header plus frames), not yet stamped."""
+    """A producer's batch (256-byte header plus frames), not yet stamped.
+
+    As a node admits it (``broker.state.partition_machine.send_body``), the batch was
+    verified in full there and comes with its packed message checksums (8 bytes each, in
+    order: what the batch checksum covers), so it is stamped and re-sealed without reading
+    a message. Without them (``None``), ``prepare`` verifies the batch in full itself."""
 
     batch: Buffer
+    message_checksums: Buffer | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -526,8 +538,8 @@ class PartitionState:
         assert 0 <= timestamp_us <= U64_MAX
         before = self.head(op - 1)
         match request:
-            case SendMessages(batch):
-                body = self._stamp(batch, before, timestamp_us)
+            case SendMessages(batch, checksums):
+                body = self._stamp(batch, checksums, before, timestamp_us)
             case StoreConsumerOffset(consumer, offset, user_id):
                 _check_consumer(consumer)
                 assert 0 <= user_id <= U32_MAX, "the node names a user it checked"
@@ -551,16 +563,20 @@ class PartitionState:
                 body = _encode_control(before, request)
         return body
 
-    def _stamp(self, batch: Buffer, before: Frontier, timestamp_us: int) -> bytes:
-        try:
-            verified = verify_batch(batch)
-        except ProtocolError as error:
-            raise StateError(_error_code(int(error.code)), error.reason) from error
-        count = verified.header.message_count
-        if before.next_offset + count > U64_MAX:
+    def _stamp(
+        self, batch: Buffer, checksums: Buffer | None, before: Frontier, timestamp_us: int
+    ) -> bytes:
+        if checksums is None:
+            try:
+                verified = verify_batch(batch)
+            except ProtocolError as error:
+                raise StateError(_error_code(int(error.code)), error.reason) from error
+        else:
+            verified = _admitted(batch, checksums)
+        if before.next_offset + verified.header.message_count > U64_MAX:
             raise StateError(ErrorCode.TOO_MANY_MESSAGES, "offsets exhausted")
-        # One copy, at the ownership boundary: the request buffer belongs to the
-        # connection, the prepare body to the log.
+        # One copy, at the ownership boundary: the request body belongs to the submission,
+        # the prepare body to the log.
         return stamped_batch(
             batch,
             verified,
@@ -871,6 +887,19 @@ def _check_consumer(consumer: ConsumerKey) -> None:
         raise StateError(ErrorCode.INVALID_IDENTIFIER)
     if consumer.kind == ConsumerKind.CONSUMER_GROUP and not isinstance(consumer.id, int):
         raise StateError(ErrorCode.INVALID_IDENTIFIER, "resolve group names first")
+
+
+def _admitted(batch: Buffer, checksums: Buffer) -> VerifiedBatch:
+    """What admission's verification of ``batch`` found, from the checksums it carries."""
+    if len(batch) < BATCH_HEADER_SIZE:
+        raise StateError(ErrorCode.INVALID_FORMAT, "an admitted batch without its header")
+    header = BatchHeader(*BATCH_HEADER.unpack_from(batch, 0))
+    count = header.message_count
+    if header.batch_length != len(batch) or len(checksums) != 8 * count or not count:
+        # Admission verified it (``send_body``): a mismatch is another node's bug, and
+        # costs that request, not this node.
+        raise StateError(ErrorCode.INVALID_FORMAT, "an admitted batch that does not add up")
+    return VerifiedBatch(header, bytes(checksums))
 
 
 def _error_code(code: int) -> ErrorCode:

@@ -5,21 +5,25 @@ Purpose: :class:`PartitionMachine` implements ``consensus.protocols.StateMachine
 :class:`broker.state.partition.PartitionState`, with the primary-side ``prepare`` hook
 that turns a client request body into the prepare body, and serves poll and get consumer
 offset from committed local state, never replicated. Beside it, the request bodies it
-takes are built (:func:`resolved_offset_request`, :func:`store_offset_body`,
-:func:`purge_body`, :func:`retain_body`) and read (:func:`partition_request`).
+takes are built (:func:`send_body`, :func:`resolved_offset_request`,
+:func:`store_offset_body`, :func:`purge_body`, :func:`retain_body`) and read
+(:func:`partition_request`).
 
 Invariants:
 
 1. A partition prepare body is built only by :meth:`PartitionMachine.prepare`; the body a
    client sent (its wire payload) is never journaled as is.
-2. A store of a consumer offset names the user it is charged to in the request body the
+2. A send is decoded and verified once, where it is admitted (:func:`send_body`): the
+   request body the group takes is the verified batch and its message checksums, which
+   ``prepare`` splits and stamps without reading a message.
+3. A store of a consumer offset names the user it is charged to in the request body the
    admitting node builds (:func:`resolved_offset_request`, :func:`store_offset_body`),
    from the session it checked: a backup forwards that body unchanged, and the primary's
    partition machine never looks a session up in metadata it may not have applied yet.
-3. Replies are built from the prepare and the committed state alone, so every replica
+4. Replies are built from the prepare and the committed state alone, so every replica
    returns identical bytes: plain confirmations for SendMessages, result-framed for store
    and delete consumer offset, empty for a purge or a retention.
-4. Nothing here reads a clock, draws randomness or touches IO; time arrives as the
+5. Nothing here reads a clock, draws randomness or touches IO; time arrives as the
    prepare's timestamp.
 """
 
@@ -53,7 +57,7 @@ from broker.state.routing import PartitionRoute
 from consensus.messages import Prepare
 from consensus.protocols import Prepared, RequestRejected
 from sdk import wire
-from sdk.wire.batch import BATCH_HEADER, BATCH_HEADER_SIZE
+from sdk.wire.batch import BATCH_HEADER, BATCH_HEADER_SIZE, verify_batch
 from sdk.wire.codes import Operation
 
 CHECKPOINT_AFTER_OPERATIONS: Final = (int(Operation.TRUNCATE_PARTITION),)
@@ -66,8 +70,9 @@ to a checkpoint interval of further ops later (never, on a node refusing new mes
 class PartitionMachine:
     """One partition group's ``StateMachine``, plus the primary-side ``prepare`` hook.
 
-    Client request bodies (what ``prepare`` receives) are Iggy wire payloads of
-    SEND_MESSAGES and DELETE_CONSUMER_OFFSET, routed here by the runtime, and of
+    Client request bodies (what ``prepare`` receives) are a SEND_MESSAGES batch as
+    admission verified it (:func:`send_body`), Iggy wire payloads of
+    DELETE_CONSUMER_OFFSET, routed here by the runtime, and of
     STORE_CONSUMER_OFFSET behind the user id it is charged to (:data:`STORE_USER`);
     consumer groups in them must already name the group by numeric id (see
     :func:`resolved_offset_request`). ``TRUNCATE_PARTITION`` carries :func:`purge_body`
@@ -197,10 +202,12 @@ def partition_request(operation: int, body: bytes) -> PartitionRequest:
     """
     try:
         if operation == Operation.SEND_MESSAGES:
-            send = wire.SendMessages.decode(body)
-            if send.messages_count != _message_count(send.batch):
-                raise StateError(ErrorCode.INVALID_MESSAGES_COUNT)
-            return SendMessages(send.batch)
+            # Built by a node's admission (``send_body``): split, not decoded again.
+            view = memoryview(body)
+            split = len(view) - 8 * _message_count(view)
+            if not BATCH_HEADER_SIZE <= split <= len(view):
+                raise StateError(ErrorCode.INVALID_FORMAT, "not an admitted batch")
+            return SendMessages(view[:split], view[split:])
         if operation == Operation.STORE_CONSUMER_OFFSET:
             # Built by a node (ours, or a peer's over the authenticated bus), never a
             # client's bytes: a body without its user is a bug.
@@ -225,6 +232,27 @@ def partition_request(operation: int, body: bytes) -> PartitionRequest:
     except wire.ProtocolError as error:
         raise StateError(_code(int(error.code)), error.reason) from error
     raise StateError(ErrorCode.INVALID_COMMAND, f"operation {operation} is not a partition op")
+
+
+def send_body(send: wire.SendMessages) -> bytes:
+    """The SEND_MESSAGES request body :class:`PartitionMachine` takes, from a client's
+    request as admission decoded it: its batch, verified in full here (message count,
+    layout, every message checksum and the batch checksum: the only time a node reads
+    its messages), followed by the packed message checksums, which the primary re-seals
+    the stamped batch over. One copy of the batch: the request's buffer stays the
+    connection's, this body goes to the group (and over the bus when forwarded).
+
+    Raises:
+        StateError: the batch is malformed or a checksum does not match (Iggy's codes).
+    """
+    batch = send.batch
+    if send.messages_count != _message_count(batch):
+        raise StateError(ErrorCode.INVALID_MESSAGES_COUNT)
+    try:
+        verified = verify_batch(batch)
+    except wire.ProtocolError as error:
+        raise StateError(_code(int(error.code)), error.reason) from error
+    return b"".join((batch, verified.message_checksums))
 
 
 def purge_body(generation: int) -> bytes:

@@ -15,6 +15,7 @@ from consensus.messages import (
     MessageError,
     Prepare,
     PrepareOk,
+    RepairPrepare,
     RequestPrepares,
     RequestSnapshot,
     RequestStartView,
@@ -23,6 +24,7 @@ from consensus.messages import (
     StartViewChange,
     decode_message,
     encode_message,
+    encode_message_parts,
     make_prepare_header,
     root_header,
 )
@@ -57,6 +59,7 @@ SAMPLES: list[Message] = [
     RequestPrepares(3, 1, 4, 10, 25),
     RequestSnapshot(3, 1, 4, 0, 0),
     SnapshotChunk(3, 0, 4, 50, 10, 4, bytes(16), b"abcdef"),
+    RepairPrepare(3, 1, 2, _prepare(3, b"repaired")),
 ]
 
 
@@ -94,3 +97,14 @@ def test_prepare_checksum_identifies_header_and_body() -> None:
     a, b = _prepare(1, b"x"), _prepare(1, b"y")
     assert a.checksum != b.checksum
     assert a.header.parent == root_header(3).checksum
+
+
+@pytest.mark.parametrize("message", SAMPLES, ids=lambda m: type(m).__name__)
+def test_codec_parts_join_to_the_frame_and_a_prepare_body_is_not_copied(message: Message) -> None:
+    parts = encode_message_parts(message, sender=2)
+    assert b"".join(parts) == encode_message(message, sender=2)
+    if isinstance(message, Prepare | RepairPrepare):
+        prepare = message if isinstance(message, Prepare) else message.prepare
+        assert len(parts) == 2 and parts[1] is prepare.body
+    else:
+        assert len(parts) == 1

@@ -197,18 +197,16 @@ def test_balanced_sends_go_round_the_partitions_and_only_admitted_ones_count() -
     state = driver.state
     balancer = Balancer()
     root = driver.root_session
-    send, body = _send(wire.Balanced())
-    chosen = [balancer.admit_send(state, send, body, root).route.partition_id for _ in range(4)]
+    send, _ = _send(wire.Balanced())
+    chosen = [balancer.admit_send(state, send, root).partition_id for _ in range(4)]
     assert chosen == [0, 1, 2, 0]
     with pytest.raises(StateError) as raised:
-        balancer.admit_send(state, send, body, reader)  # may read, not send
+        balancer.admit_send(state, send, reader)  # may read, not send
     assert raised.value.code == ErrorCode.UNAUTHORIZED
-    keyed, keyed_body = _send(wire.PartitionId(2))
-    write = balancer.admit_send(state, keyed, keyed_body, root)
-    assert (write.route.partition_id, write.body) == (2, keyed_body)
-    assert write.operation == int(Operation.SEND_MESSAGES)
+    keyed, _ = _send(wire.PartitionId(2))
+    assert balancer.admit_send(state, keyed, root).partition_id == 2
     # Neither the refusal nor the explicit partition moved the counter on.
-    assert balancer.admit_send(state, send, body, root).route.partition_id == 1
+    assert balancer.admit_send(state, send, root).partition_id == 1
 
 
 def test_an_offset_write_names_the_group_by_id_and_is_charged_to_the_acting_user() -> None:

@@ -55,6 +55,7 @@ from broker.runtime.stats import NodeCounters
 from broker.state.codec import encode_command
 from broker.state.errors import ErrorCode
 from broker.state.metadata import Register
+from broker.state.partition_machine import send_body
 from consensus import Message, ReplicaConfig
 from journal.storage import FileStorage
 from sdk import wire
@@ -651,14 +652,13 @@ def _group(path: Path, kind: GroupKind, reserve: DescriptorReserve) -> GroupHost
 
 
 def _send_submission(waiter: ReplyWaiter, client_id: int, request: int) -> Submission:
-    body = bytes(
-        wire.build_send_messages(
-            wire.Identifier(0),
-            wire.Identifier(0),
-            wire.PartitionId(0),
-            [wire.OutgoingMessage(1, b"payload")],
-        )
+    frame_body = wire.build_send_messages(
+        wire.Identifier(0),
+        wire.Identifier(0),
+        wire.PartitionId(0),
+        [wire.OutgoingMessage(1, b"payload")],
     )
+    body = send_body(wire.SendMessages.decode(frame_body))
     return Submission(
         client_id,
         7,

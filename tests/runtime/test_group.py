@@ -13,6 +13,7 @@ from broker.core.identity import internal_checksum
 from broker.runtime.flush import Flusher
 from broker.runtime.group import TICKS_OWED_MAX, GroupHost, GroupKind, PartitionIds, ReplyWaiter
 from broker.runtime.store import GroupStore
+from broker.state.partition_machine import send_body
 from consensus import Action, Event, Message, ReplicaConfig, Ticked
 from consensus.config import TICKS_IDLE
 from consensus.protocols import DurableState
@@ -45,14 +46,14 @@ def _host(
 
 
 def _send_body(payload: bytes) -> bytes:
-    return bytes(
-        wire.build_send_messages(
-            wire.Identifier(0),
-            wire.Identifier(0),
-            wire.PartitionId(0),
-            [wire.OutgoingMessage(1, payload)],
-        )
+    """A send of one message as admission hands it to the group (``send_body``)."""
+    request = wire.build_send_messages(
+        wire.Identifier(0),
+        wire.Identifier(0),
+        wire.PartitionId(0),
+        [wire.OutgoingMessage(1, payload)],
     )
+    return send_body(wire.SendMessages.decode(request))
 
 
 async def _submit_many(

@@ -44,6 +44,7 @@ from broker.state.partition_machine import (
     PartitionMachine,
     purge_body,
     resolved_offset_request,
+    send_body,
     store_offset_body,
 )
 from broker.state.permissions import Permissions, StreamPermissions
@@ -51,7 +52,7 @@ from broker.state.routing import PartitionRoute, route_offset, route_poll, route
 from consensus.messages import CHECKSUM_SIZE, Prepare, make_prepare_header
 from consensus.protocols import RequestRejected
 from sdk import wire
-from sdk.wire.batch import OutgoingMessage
+from sdk.wire.batch import BATCH_HEADER_SIZE, OutgoingMessage
 from sdk.wire.codes import CommandCode, Operation
 from tests.state.helpers import PASSWORD
 from tests.state.partition_helpers import JournalLog
@@ -482,14 +483,13 @@ class PartitionHost:
 
 def test_partition_machine_full_cycle() -> None:
     host = PartitionHost()
-    send = bytes(
-        wire.build_send_messages(
-            wire.Identifier(1),
-            wire.Identifier(0),
-            wire.PartitionId(1),
-            [OutgoingMessage(7, b"a"), OutgoingMessage(8, b"b")],
-        )
+    request = wire.build_send_messages(
+        wire.Identifier(1),
+        wire.Identifier(0),
+        wire.PartitionId(1),
+        [OutgoingMessage(7, b"a"), OutgoingMessage(8, b"b")],
     )
+    send = send_body(wire.SendMessages.decode(request))
     host.run(Operation.SEND_MESSAGES, send)
     host.run(Operation.SEND_MESSAGES, send)
     route = PartitionRoute(1, 0, 1, ConsumerKey(ConsumerKind.CONSUMER, 9))
@@ -555,18 +555,57 @@ def test_partition_prepare_refuses_bad_requests(
     assert raised.value.status == code
 
 
-def test_partition_prepare_refuses_a_count_that_disagrees_with_the_batch() -> None:
-    request = wire.SendMessages.decode(
+def _one_message_send() -> wire.SendMessages:
+    return wire.SendMessages.decode(
         wire.build_send_messages(
             wire.Identifier(1), wire.Identifier(0), wire.PartitionId(1), [OutgoingMessage(1, b"a")]
         )
     )
+
+
+def test_send_admission_refuses_a_count_that_disagrees_with_the_batch() -> None:
+    request = _one_message_send()
     lying = wire.SendMessages(
         request.stream_id, request.topic_id, request.partitioning, 2, request.batch
     )
+    with pytest.raises(StateError) as raised:
+        send_body(lying)
+    assert raised.value.code == ErrorCode.INVALID_MESSAGES_COUNT
+
+
+def test_send_admission_refuses_a_message_whose_checksum_does_not_match() -> None:
+    request = _one_message_send()
+    batch = bytearray(request.batch)
+    batch[-1] ^= 0xFF  # the payload's last byte, under its message checksum
+    tampered = wire.SendMessages(
+        request.stream_id, request.topic_id, request.partitioning, 1, batch
+    )
+    with pytest.raises(StateError) as raised:
+        send_body(tampered)
+    assert raised.value.code == ErrorCode.INVALID_MESSAGE_CHECKSUM
+
+
+def test_an_admitted_send_is_the_batch_then_its_checksums_and_prepare_reads_no_message() -> None:
+    request = _one_message_send()
+    body = send_body(request)
+    batch = bytes(request.batch)
+    assert body[: len(batch)] == batch and len(body) == len(batch) + 8
+    assert body[len(batch) :] == batch[BATCH_HEADER_SIZE : BATCH_HEADER_SIZE + 8]
+    # The primary stamps over the checksums it is handed: a message damaged after
+    # admission is not read again, so the stamp still verifies against the checksums.
+    damaged = bytearray(body)
+    damaged[len(batch) - 1] ^= 0xFF
+    prepared = PartitionHost().machine.prepare(1, Operation.SEND_MESSAGES, bytes(damaged), 1, 0)
+    header = wire.read_batch(prepared.body)[0]
+    assert (header.partition_id, header.base_offset, header.message_count) == (1, 0, 1)
+
+
+@pytest.mark.parametrize("cut", [1, 8, 9])
+def test_partition_prepare_refuses_an_admitted_send_that_does_not_add_up(cut: int) -> None:
+    body = send_body(_one_message_send())
     with pytest.raises(RequestRejected) as raised:
-        PartitionHost().machine.prepare(1, Operation.SEND_MESSAGES, lying.encode(), 1, 0)
-    assert raised.value.status == ErrorCode.INVALID_MESSAGES_COUNT
+        PartitionHost().machine.prepare(1, Operation.SEND_MESSAGES, body[:-cut], 1, 0)
+    assert raised.value.status == ErrorCode.INVALID_FORMAT
 
 
 @pytest.mark.parametrize(
