@@ -53,9 +53,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # truncations, delete retired segments (a crash may stop a deletion between unlinks),
 # and a partition replica behind its peers' retired ops catches up by state transfer. ->
 # e40ee62c...: a login first passes a fresh read barrier of the metadata group (a read
-# index), so credentials are judged on everything acknowledged before it.
+# index), so credentials are judged on everything acknowledged before it. ->
+# f770c4a6...: a primary sends Commit to its backups as its pipeline drains (not only as
+# an idle heartbeat), and such a Commit restarts the heartbeat.
 BASELINE_SEED = 5
-BASELINE_TRACE_HASH = "e40ee62cecb7a19719808354b0f40ae0"
+BASELINE_TRACE_HASH = "f770c4a63a60d0c0c3f6d8bda5fe2c00"
 
 
 def _trace_of(seed: int, hash_seed: str) -> str:
