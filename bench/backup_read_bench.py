@@ -15,7 +15,8 @@ Run: ``python -m bench.backup_read_bench`` (``--help`` lists the options).
    one long poll instead (viewstream's extension, what our SDK's consumers send), which
    the backup holds until it has applied the message.
 3. Prints p50, p90, p99 and max of those times, and how many first polls returned the
-   message; then stops every node it started.
+   message (with ``--json PATH`` also writes them there, ``p99_ms`` and so on, which the
+   performance page reads); then stops every node it started.
 
 The backup learns that the message is committed from its primary: before prompt commits,
 from the next prepare or the idle Commit heartbeat (every 50 ticks, 500 ms). It also
@@ -26,6 +27,7 @@ A measurement tool, not a test: it asserts nothing about speed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import statistics
@@ -105,7 +107,13 @@ def _partition_primary(addresses: list[str], group: str) -> int:
 
 
 def run(
-    sends: int, spacing_s: float, timeout_s: float, tick_ms: int | None, *, long_poll: bool
+    sends: int,
+    spacing_s: float,
+    timeout_s: float,
+    tick_ms: int | None,
+    *,
+    long_poll: bool,
+    json_path: Path | None = None,
 ) -> None:
     print(f"load before: {_loadavg()}  (cores: {os.cpu_count()})")
     with tempfile.TemporaryDirectory(prefix="viewstream-backup-read-") as scratch:
@@ -184,6 +192,19 @@ def run(
                 f"max {max(latencies_ms):.2f} ms"
             )
             print(f"  first poll returned it: {first_polls} of {sends}; polls in all: {polls}")
+            if json_path is not None:
+                figures = {
+                    "sends": sends,
+                    "spacing_s": spacing_s,
+                    "long_poll": long_poll,
+                    "p50_ms": statistics.median(latencies_ms),
+                    "p90_ms": _percentile(latencies_ms, 0.90),
+                    "p99_ms": _percentile(latencies_ms, 0.99),
+                    "max_ms": max(latencies_ms),
+                    "first_polls_served": first_polls,
+                    "polls": polls,
+                }
+                json_path.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
         finally:
             stop_processes(processes)
     print(f"load after:  {_loadavg()}")
@@ -200,8 +221,16 @@ def main() -> None:
     parser.add_argument(
         "--long-poll", action="store_true", help="one long poll (the node waits) per message"
     )
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
-    run(args.sends, args.spacing, args.timeout, args.tick_ms, long_poll=args.long_poll)
+    run(
+        args.sends,
+        args.spacing,
+        args.timeout,
+        args.tick_ms,
+        long_poll=args.long_poll,
+        json_path=args.json,
+    )
 
 
 if __name__ == "__main__":
