@@ -294,7 +294,8 @@ class PrepareOk:
 
 @dataclass(frozen=True, slots=True)
 class Commit:
-    """Primary -> backups, when idle: ops up to ``commit`` are committed (and a heartbeat)."""
+    """Primary -> backups, as its pipeline drains and when idle: ops up to ``commit`` are
+    committed (and a heartbeat)."""
 
     group: int
     replica: int

@@ -28,7 +28,9 @@ of its view, appends them in op order (a gap is repaired from the primary) and a
 the highest op that is durable: written, or synced when the group is ``persisted``. The
 primary commits the contiguous prefix of ops acknowledged by a majority (its own durable
 copy included), applies them, replies, and tells backups through the commit number of the
-next prepare or an idle Commit heartbeat. Backups apply up to the commit number only.
+next prepare, or with a Commit as soon as the commit catches up with the head of its log
+(no prepare left in flight would carry it; one per backup, ahead of the replies), or an
+idle Commit heartbeat. Backups apply up to the commit number only.
 
 *View change (§4.2).* A backup that hears nothing from its primary moves to view v + 1 and
 sends StartViewChange; a majority of them sends DoViewChange to the new primary, with the
@@ -1023,6 +1025,7 @@ class Replica:
             return
         quorum = self._quorum_replication()
         own = self._op_durable()
+        commit_before = self.commit_max
         while self.commit_max < self.op:
             op = self.commit_max + 1
             acks = self._acks.get(op, 0)
@@ -1032,6 +1035,22 @@ class Replica:
                 break
             self.commit_max = op
             self._acks.pop(op, None)
+        if self.commit_max > commit_before and self.commit_max == self.op:
+            self._send_commit_drained()
+
+    def _send_commit_drained(self) -> None:
+        """Tell the backups the commit the moment the pipeline drains (§4.1's Commit, sent
+        when it is news rather than only when idle): with no prepare left in flight, none
+        would carry it, and a read on a backup would wait for the heartbeat. Ahead of the
+        replies this step makes, so a client told of its write finds a backup that knows.
+
+        Bounded: only a step that advanced the commit sends, one Commit per backup, and
+        while prepares are in flight the next prepare carries the commit instead. The
+        heartbeat restarts, so it beats only when the primary has been silent."""
+        if self.replica_count == 1 or self._backfill_pending:
+            return  # nobody to tell; a backfilling primary stays quiet (on_commit_timeout)
+        self._broadcast(Commit(self.group, self.replica, self.view, self.commit_max))
+        self._timeout_commit.reset(self._prng)
 
     def _apply_committed(self) -> None:
         if self._checkpoint_owed:

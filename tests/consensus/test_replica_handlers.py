@@ -199,6 +199,62 @@ def test_on_prepare_ok_commits_on_a_majority_and_replies() -> None:
     assert len(replies) == 1 and replies[0].op == 1 and replies[0].error is None
 
 
+def _prepared(primary: Replica, clients: range) -> list[Prepare]:
+    """One request of each client prepared by ``primary``, each written locally."""
+    prepares = []
+    for client in clients:
+        actions = primary.step(client_request(client, 1, 1, 7, b"x", client))
+        prepare = next(a.prepare for a in actions if isinstance(a, AppendToJournal))
+        primary.step(PrepareWritten(prepare.op, prepare.checksum))
+        prepares.append(prepare)
+    return prepares
+
+
+def test_on_prepare_ok_that_drains_the_pipeline_sends_one_commit_ahead_of_the_replies() -> None:
+    """A backup learns the commit as it happens, not at the next heartbeat: the ack that
+    commits the last op in flight sends each backup one Commit, before the replies, and
+    a later copy of that ack (no commit advance) sends nothing."""
+    primary = _replica(0)
+    (prepare,) = _prepared(primary, range(5, 6))
+    actions = _receive(primary, PrepareOk(0, 2, 0, 1, prepare.checksum))
+    assert primary.commit_max == 1
+    assert _sent(actions, Commit) == [(1, Commit(0, 0, 0, 1)), (2, Commit(0, 0, 0, 1))]
+    first_reply = next(i for i, a in enumerate(actions) if isinstance(a, ReplyToClient))
+    last_commit = max(i for i, a in enumerate(actions) if isinstance(a, SendToReplica))
+    assert last_commit < first_reply
+    assert _sent(_receive(primary, PrepareOk(0, 2, 0, 1, prepare.checksum)), Commit) == []
+    assert _sent(_receive(primary, PrepareOk(0, 1, 0, 1, prepare.checksum)), Commit) == []
+
+
+def test_on_prepare_ok_with_prepares_still_in_flight_sends_no_commit() -> None:
+    """While the pipeline holds ops, the next prepare carries the commit: only the ack
+    that commits the last of them sends a Commit, with the commit it reached."""
+    primary = _replica(0)
+    first, second, third = _prepared(primary, range(5, 8))
+    assert _sent(_receive(primary, PrepareOk(0, 2, 0, 1, first.checksum)), Commit) == []
+    assert _sent(_receive(primary, PrepareOk(0, 2, 0, 2, second.checksum)), Commit) == []
+    assert primary.commit_max == 2
+    actions = _receive(primary, PrepareOk(0, 1, 0, 3, third.checksum))
+    assert primary.commit_max == 3
+    assert _sent(actions, Commit) == [(1, Commit(0, 0, 0, 3)), (2, Commit(0, 0, 0, 3))]
+
+
+def test_a_prompt_commit_restarts_the_heartbeat() -> None:
+    """The heartbeat beats only after commit_interval_ticks of silence: a primary that just
+    sent Commit as its pipeline drained sends the next one a whole interval later."""
+    primary = _replica(0)
+    (prepare,) = _prepared(primary, range(5, 6))
+    for _ in range(TEST_CONFIG.commit_interval_ticks - 1):
+        primary.step(Ticked())
+    _receive(primary, PrepareOk(0, 2, 0, 1, prepare.checksum))
+    beats = [
+        tick
+        for tick in range(1, TEST_CONFIG.commit_interval_ticks + 1)
+        if _sent(primary.step(Ticked()), Commit)
+    ]
+    assert beats == [TEST_CONFIG.commit_interval_ticks]
+
+
 def test_on_prepare_ok_with_a_wrong_checksum_is_ignored() -> None:
     primary = _replica(0)
     primary.step(client_request(5, 1, 1, 7, b"x", 1))

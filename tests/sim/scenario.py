@@ -9,17 +9,19 @@ loop is bounded in ticks; nothing reads a clock.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Final
 
 import pytest
 
 from broker.core.reconcile import partition_group_id
+from consensus.messages import Commit, decode_message
 from consensus.replica import Replica, Status
 from sdk import wire
 from sdk.wire.codes import CommandCode, IggyErrorCode
 from sim.client import ROOT_PASSWORD, ROOT_USERNAME, Client
-from sim.network import ClientReply, ClientRequest
+from sim.network import ClientReply, ClientRequest, Payload, ReplicaFrame
 from sim.node import STREAM_ID, TOPIC_ID
 from sim.options import Options
 from sim.world import World
@@ -80,6 +82,31 @@ def run_until(world: World, done: Callable[[], bool], ticks_max: int = TICKS_MAX
 def run_for(world: World, ticks: int) -> None:
     for _ in range(ticks):
         world.advance()
+
+
+@contextmanager
+def commits_lost(world: World, group: int, node: int) -> Iterator[None]:
+    """Drop every Commit of ``group`` sent to ``node`` while the block runs, as a network
+    that loses them would: the node learns the group's commits only from its next prepare,
+    or from a read index once the block ends (its answer comes with a Commit)."""
+    network = world.network
+    send = network.send
+
+    def send_unless_commit(tick: int, source: int, target: int, payload: Payload) -> None:
+        if (
+            target == node
+            and isinstance(payload, ReplicaFrame)
+            and payload.group == group
+            and isinstance(decode_message(payload.frame), Commit)
+        ):
+            return
+        send(tick, source, target, payload)
+
+    network.send = send_unless_commit  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        network.send = send  # type: ignore[method-assign]
 
 
 def primary_of(world: World, group: int) -> int:

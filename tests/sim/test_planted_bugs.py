@@ -56,13 +56,15 @@ def _primary_flips(options: Options) -> Options | None:
 # the failed checker of ``sim.checkers``, or the exception a replica's own invariant
 # assertion raised; the options profile)
 SWARMS: dict[str, tuple[range, tuple[str, ...], Profile]] = {
-    # A longer, older log replaces committed ops: replicas disagree on an op. Seed 24 is
-    # the first of 0..40 to find it under the primary-flips profile with three times the
-    # producers. With the seed's own producers it became rare once a login passed a
-    # fresh read barrier (seed 268 of 0..300; why is not understood: keeping every
-    # session open found none in 0..69 either). Before: seed 60 of 0..70, and 23, and
-    # 11, 23, 60 before clients closed connections and logged out.
-    "longest-log": (range(40), ("agreement", "model"), _primary_flips),
+    # A longer, older log replaces committed ops: replicas disagree on an op. Rare under
+    # the primary-flips profile with three times the producers: since primaries send
+    # Commit as their pipeline drains, seeds 60, 183 and 191 of 0..200 find it (before,
+    # 24 and 58 of 0..100: every seed's schedule moved, not the rate), so the search
+    # covers the last two. With the seed's own producers it became rare once a login
+    # passed a fresh read barrier (seed 268 of 0..300; why is not understood: keeping
+    # every session open found none in 0..69 either). Before: seed 60 of 0..70, and 23,
+    # and 11, 23, 60 before clients closed connections and logged out.
+    "longest-log": (range(180, 195), ("agreement", "model"), _primary_flips),
     # Acked-but-unsynced prepares die in a power outage: committed ops are lost. Rare in
     # the swarm: seeds 123 and 132 of 100..140 find it (with writes forwarded by backups;
     # before, 21 and 123), so the search starts near them.
@@ -93,10 +95,10 @@ SWARMS: dict[str, tuple[range, tuple[str, ...], Profile]] = {
     "index-outlives-retention": (range(20), ("deleted-read",), _as_drawn),
     # A backup's read index trusts the primary's commit alone: with five replicas, a
     # primary and a backup cut off from a newer view serve an offset older than one it
-    # acknowledged (seeds 269 and 272 of 0..300, both five nodes, before the workload
-    # drew retention and purges; since then seed 82, and 308 where the reply checker
-    # sees it first).
-    "read-index-unconfirmed": (range(82, 100), ("fresh-read",), _as_drawn),
+    # acknowledged; with three, a deposed primary trusts its own commit. Since primaries
+    # send Commit as their pipeline drains, seeds 100 and 123 of 0..150 find it (before:
+    # 24 and 82 of 0..120; each seed's schedule moved), so the search covers both.
+    "read-index-unconfirmed": (range(95, 125), ("fresh-read",), _as_drawn),
 }
 
 

@@ -28,6 +28,7 @@ from tests.sim.scenario import (
     answered_by,
     call,
     call_again,
+    commits_lost,
     login,
     partition_group,
     poll_payload,
@@ -188,9 +189,11 @@ def test_a_client_of_a_backup_reads_its_own_metadata_writes_at_once() -> None:
     to that topic after, are never refused as naming a stream or topic that does not
     exist; so on each backup.
 
-    The groups are idle but for the scenario, so a backup learns a commit only from the
-    primary's next heartbeat, and the topic's creation is handed to the backup in the tick
-    the stream's reply reached the client (a client without network delay).
+    The groups are idle but for the scenario, and the Commit the primary sends as the
+    stream's op commits is lost on the way to the backup, so the backup learns that
+    commit only from the primary's next heartbeat (or by asking), and the topic's
+    creation is handed to the backup in the tick the stream's reply reached the client (a
+    client without network delay).
 
     What differs from the runtime: where the runtime's backup waits until it has applied
     what the connection was told, the simulated one refuses with 58 and the client asks
@@ -201,12 +204,14 @@ def test_a_client_of_a_backup_reads_its_own_metadata_writes_at_once() -> None:
     behind = 0
     backups = [node.index for node in world.nodes if node.index != primary]
     # Whether a backup has learned a commit when the next request arrives depends on
-    # where the primary's heartbeat falls: a few rounds on each backup meet both cases.
+    # where the primary's heartbeat falls (the prompt Commit is lost): a few rounds on
+    # each backup meet both cases.
     for backup, attempt in itertools.product(backups, range(OWN_WRITE_ROUNDS)):
         probe = world.add_probe()
         login(world, probe, backup)
         name = f"own-writes-{backup}-{attempt}"
-        created = call(world, probe, backup, CommandCode.CREATE_STREAM, create_stream(name))
+        with commits_lost(world, METADATA_GROUP, backup):
+            created = call(world, probe, backup, CommandCode.CREATE_STREAM, create_stream(name))
         assert created.status == 0 and created.op, created
         # At once, on the same connection: the backup may not have applied it yet.
         behind += replica_of(world, backup, METADATA_GROUP).commit_min < created.op
