@@ -29,21 +29,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Final
 
-from bench.runtime_bench import ROOT_PASSWORD, _free_port
-from broker.cli.cluster import ClusterLayout, start_cluster, stop_processes
+from bench.chaos.nodes import cluster_layout
+from bench.runtime_bench import ROOT_PASSWORD
+from broker.cli.cluster import start_cluster, stop_processes
 from sdk import Client, ClientConfig, ConsumerRef, PollingStrategy
 
 STREAM: Final = "backup-read"
 TOPIC: Final = "t"
 NODES: Final = 3
-PORT_TRIES: Final = 20
 PRIMARY_WAIT_S: Final = 30.0
 """How long the bench waits for the partition's primary to be known on every node."""
 
@@ -53,29 +52,10 @@ def _loadavg() -> str:
 
 
 def _percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(fraction * len(ordered) + 0.5) - 1))
-    return ordered[index]
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def _layout(folder: Path) -> ClusterLayout:
-    """A layout whose every port (node i listens on each base port + i) is free now."""
-    for _ in range(PORT_TRIES):
-        layout = ClusterLayout(folder, NODES, _free_port(), _free_port(), _free_port())
-        addresses = layout.client_addresses + layout.bus_addresses + layout.http_addresses
-        ports = [int(address.rpartition(":")[2]) for address in addresses]
-        if len(set(ports)) == len(ports) and all(_port_free(port) for port in ports):
-            return layout
-    raise RuntimeError(f"no free ports for {NODES} nodes in {PORT_TRIES} tries")
+    """The ``fraction`` quantile of ``values`` (linear interpolation, as the load bench)."""
+    if len(values) < 2:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[round(fraction * 100) - 1]
 
 
 def _client(address: str) -> Client:
@@ -117,7 +97,7 @@ def run(
 ) -> None:
     print(f"load before: {_loadavg()}  (cores: {os.cpu_count()})")
     with tempfile.TemporaryDirectory(prefix="viewstream-backup-read-") as scratch:
-        layout = _layout(Path(scratch) / "cluster")
+        layout = cluster_layout(Path(scratch) / "cluster", NODES)
         processes = start_cluster(layout, root_password=ROOT_PASSWORD, tick_ms=tick_ms, echo=False)
         try:
             addresses = layout.client_addresses

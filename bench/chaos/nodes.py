@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from bench.certs import CertificatesUnavailable, make_cluster
+from broker.cli.cluster import ClusterLayout
 from broker.runtime.serve import READY_PREFIX
 from sdk import Client, ClientConfig, NodeAddress
 from sdk.errors import IggyError
@@ -85,6 +86,50 @@ def pick_ports(count: int) -> list[int]:
     if len(chosen) == count:
         return chosen
     raise HarnessError(f"could not find {count} free ports below {high}")
+
+
+LAYOUT_TRIES: Final = 50
+
+
+def _port_binds(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def cluster_layout(
+    folder: Path, nodes: int = 3, *, ws: bool = False, bus_tls: bool = False
+) -> ClusterLayout:
+    """A local cluster layout whose every port (client, bus, HTTP and, with ``ws``,
+    WebSocket: a run of ``nodes`` consecutive ports each) is distinct and binds now.
+
+    The bases lie below the kernel's ephemeral range, so a node's outgoing connection
+    (a bus dial, a forward) cannot be handed a port a later node is about to listen on.
+    """
+    for _ in range(LAYOUT_TRIES):
+        client, bus, http, websocket = pick_ports(4)
+        layout = ClusterLayout(
+            folder,
+            nodes,
+            client,
+            bus,
+            http,
+            ws_base_port=websocket if ws else 0,
+            bus_tls=bus_tls,
+        )
+        addresses = (
+            layout.client_addresses
+            + layout.bus_addresses
+            + layout.http_addresses
+            + layout.ws_addresses
+        )
+        ports = [int(address.rpartition(":")[2]) for address in addresses]
+        if len(set(ports)) == len(ports) and all(_port_binds(port) for port in ports):
+            return layout
+    raise HarnessError(f"no free ports for a {nodes}-node cluster in {LAYOUT_TRIES} tries")
 
 
 @dataclass

@@ -625,24 +625,42 @@ def _peer_address(stream: trio.abc.Stream) -> str:
     return f"{peer[0]}:{peer[1]}"
 
 
+class Refusals(Protocol):
+    """What admitting an address needs of its node: counters and a refusal log."""
+
+    counters: NodeCounters
+
+    def log_refusal(self, context: ConnectionContext, command: str, reason: str) -> None: ...
+
+
+def admit_address(node: Refusals, guard: ConnectionGuard, address: str) -> AddressSlot | None:
+    """A place for a new connection from ``address`` (``ip:port``) among its IP's
+    connections that have not logged in, or None when they are as many as may be
+    (invariant 6: counted in ``connections_refused`` and logged within one node-wide line
+    budget). The TCP, WebSocket and HTTP listeners all take it, before
+    ``connections_max``, so one address cannot fill the node with connections that
+    never log in."""
+    host = address.rpartition(":")[0] or address
+    if guard.unauthenticated.admit(host):
+        return AddressSlot(guard.unauthenticated, host)
+    node.counters.connections_refused += 1
+    limit = guard.unauthenticated.per_address_max
+    reason = f"connection refused: {limit} connections of this address have not logged in"
+    node.log_refusal(ConnectionContext(address, refusals=guard.refusals), "-", reason)
+    return None
+
+
 async def serve_connection(
     node: Listener, stream: trio.abc.Stream, *, websocket: bool = False
 ) -> None:
     """Serve one accepted client connection (plain TCP or TLS, carrying Iggy frames
     directly or, with ``websocket``, in WebSocket messages) until it ends."""
     address = _peer_address(stream)
-    host = address.rpartition(":")[0] or address
     guard = connection_guard(node)
-    if not guard.unauthenticated.admit(host):
-        # Before connections_max: one address cannot fill the node with connections
-        # that never log in (invariant 6). One line budget for all of these refusals.
-        node.counters.connections_refused += 1
-        limit = guard.unauthenticated.per_address_max
-        reason = f"connection refused: {limit} connections of this address have not logged in"
-        node.log_refusal(ConnectionContext(address, refusals=guard.refusals), "-", reason)
+    slot = admit_address(node, guard, address)
+    if slot is None:
         await trio.aclose_forcefully(stream)
         return
-    slot = AddressSlot(guard.unauthenticated, host)
     try:
         await _serve_admitted(node, stream, address, guard, slot, websocket=websocket)
     finally:

@@ -46,7 +46,7 @@ import trio
 from broker.core.admission import UNAUTHENTICATED_FRAME_SIZE_MAX
 from broker.core.connections import ConnectionContext
 from broker.runtime.config import Config
-from broker.runtime.connection import AddressSlot, ConnectionGuard
+from broker.runtime.connection import AddressSlot, ConnectionGuard, admit_address
 from broker.runtime.http_api import ApiRequest, ApiResponse, HttpApi, parse_query
 from broker.runtime.stats import NodeCounters
 
@@ -339,17 +339,10 @@ async def serve_http_connection(
     """Serve one accepted HTTP connection until it ends; it is in ``open_connections``
     meanwhile (so the node can shut it down)."""
     address = peer_address(stream)
-    client_host = address.rpartition(":")[0] or address
-    if not guard.unauthenticated.admit(client_host):
-        # One address cannot fill the node with connections that never log in, over HTTP
-        # as over TCP (invariant 1).
-        host.counters.connections_refused += 1
-        limit = guard.unauthenticated.per_address_max
-        reason = f"connection refused: {limit} connections of this address have not logged in"
-        host.log_refusal(ConnectionContext(address, refusals=guard.refusals), "-", reason)
+    slot = admit_address(host, guard, address)  # as over TCP (invariant 1)
+    if slot is None:
         await trio.aclose_forcefully(stream)
         return
-    slot = AddressSlot(guard.unauthenticated, client_host)
     try:
         await _serve_admitted(host, api, stream, address, guard, slot, open_connections)
     finally:

@@ -18,8 +18,9 @@ from typing import Any, TypeVar
 import pytest
 from apache_iggy import Consumer, IggyClient, PollingStrategy, SendMessage
 
+from bench.chaos.nodes import cluster_layout
 from broker.cli.cluster import ClusterLayout, start_cluster
-from tests.runtime.processes import ROOT_PASSWORD, cluster_layout
+from tests.runtime.processes import ROOT_PASSWORD
 from tests.runtime.test_http import login, payloads, request
 from tests.runtime.test_interop_node import run
 

@@ -28,6 +28,7 @@ from apache_iggy import (
     SendMessage,
 )
 
+from bench.chaos.nodes import cluster_layout
 from broker.cli.cluster import (
     ClusterLayout,
     start_cluster,
@@ -37,7 +38,7 @@ from broker.cli.cluster import (
 )
 from sdk import wire
 from sdk.wire import CommandCode, IggyErrorCode
-from tests.runtime.processes import ROOT_PASSWORD, cluster_layout
+from tests.runtime.processes import ROOT_PASSWORD
 from tests.runtime.test_interop_node import run
 from tests.wire_client import WireClient
 
@@ -74,15 +75,6 @@ def _ports(layout: ClusterLayout) -> list[int]:
         int(a.rpartition(":")[2])
         for a in layout.client_addresses + layout.bus_addresses + layout.http_addresses
     ]
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 def _wire_login(address: str) -> WireClient:

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from bench.certs import CertificatesUnavailable, make_ca, make_leaf
+from bench.chaos.nodes import cluster_layout
 from broker.cli.cluster import (
     ClusterLayout,
     log_path,
@@ -31,7 +32,7 @@ from broker.cli.cluster import (
 )
 from sdk import wire
 from sdk.wire import CommandCode
-from tests.runtime.processes import ROOT_PASSWORD, cluster_layout
+from tests.runtime.processes import ROOT_PASSWORD
 from tests.runtime.test_interop_cluster import (
     TICK_MS,
     Cluster,

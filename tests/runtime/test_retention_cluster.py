@@ -22,8 +22,9 @@ from typing import Any, Final
 import pytest
 from apache_iggy import Consumer, IggyClient, PollingStrategy, SendMessage
 
+from bench.chaos.nodes import cluster_layout
 from broker.cli.cluster import ClusterLayout, start_cluster
-from tests.runtime.processes import ROOT_PASSWORD, cluster_layout
+from tests.runtime.processes import ROOT_PASSWORD
 from tests.runtime.test_interop_cluster import start_cluster_node
 from tests.runtime.test_retention import run
 

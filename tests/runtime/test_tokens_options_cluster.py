@@ -21,10 +21,11 @@ from typing import Any, Final
 import pytest
 from apache_iggy import AutoLogin, HeaderKey, HeaderValue, IggyClient, TcpConfig
 
+from bench.chaos.nodes import cluster_layout
 from broker.cli.cluster import ClusterLayout, start_cluster
 from sdk import wire
 from sdk.wire import CommandCode, EvictionReason, IggyErrorCode
-from tests.runtime.processes import ROOT_PASSWORD, cluster_layout
+from tests.runtime.processes import ROOT_PASSWORD
 from tests.runtime.test_interop_node import run
 from tests.wire_client import WireClient
 

@@ -35,6 +35,7 @@ from wsproto.events import (
     TextMessage,
 )
 
+from bench.chaos.nodes import cluster_layout
 from broker.cli.cluster import start_cluster
 from sdk import wire
 from sdk.wire import (
@@ -47,7 +48,6 @@ from sdk.wire import (
 from tests.runtime.processes import (
     ROOT_PASSWORD,
     NodeProcess,
-    cluster_layout,
     free_port,
     start_node,
 )
@@ -93,15 +93,6 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Target, N
         yield Target([node.address], [ws]), node
     finally:
         node.kill()
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from bench.chaos.nodes import cluster_layout
 from broker.cli.cluster import (
     ClusterLayout,
     start_cluster,
@@ -29,7 +30,7 @@ from broker.cli.cluster import (
 )
 from broker.core.handlers import RUNTIME_STATS_CODE
 from sdk import wire
-from tests.runtime.processes import ROOT_PASSWORD, cluster_layout
+from tests.runtime.processes import ROOT_PASSWORD
 from tests.wire_client import WireClient
 
 TICK_MS: Final = 5
