@@ -11,10 +11,8 @@ helpers retry that, bounded. Every process is killed in teardown.
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -22,27 +20,17 @@ import pytest
 from apache_iggy import AutoLogin, HeaderKey, HeaderValue, IggyClient, TcpConfig
 
 from bench.chaos.nodes import cluster_layout
-from broker.cli.cluster import ClusterLayout, start_cluster
+from broker.cli.cluster import start_cluster
 from sdk import wire
 from sdk.wire import CommandCode, EvictionReason, IggyErrorCode
 from tests.runtime.processes import ROOT_PASSWORD
+from tests.runtime.test_interop_cluster import TICK_MS, TRANSIENT, Cluster
 from tests.runtime.test_interop_node import run
 from tests.wire_client import WireClient
 
-TICK_MS: Final = 5
 NODES: Final = 3
 WAIT_S: Final = 30.0
 """Bound on a node applying a commit, and on the primary removing an expired token."""
-TRANSIENT: Final = (IggyErrorCode.TRANSIENT_NOT_ACCEPTED, IggyErrorCode.TRANSIENT_NOT_COMMITTED)
-
-
-@dataclass
-class Cluster:
-    layout: ClusterLayout
-    processes: list[subprocess.Popen[bytes]]
-
-    def address(self, index: int) -> str:
-        return self.layout.client_addresses[index]
 
 
 @pytest.fixture(scope="module")
