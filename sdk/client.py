@@ -10,8 +10,8 @@ Invariants:
    session is in flight at a time.
 2. A connection that failed, timed out, produced a bad frame, or was interrupted by a
    cancellation is closed at once; the next exchange with that node dials again.
-3. Every exchange runs under ``trio.fail_after`` with the core's attempt timeout, and
-   every dial under the connect timeout, the TLS handshake included.
+3. Every exchange runs under a cancel scope whose deadline is the core's attempt
+   timeout, and every dial under the connect timeout, the TLS handshake included.
 4. With ``tls`` set every connection is a trio ``SSLStream`` that verified the node's
    certificate and name (``sdk._tls``) before the first frame is sent.
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 import random
 import socket
 import ssl
+import struct
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, suppress
@@ -57,6 +58,7 @@ from sdk.types import (
     topic_options,
 )
 from sdk.wire import (
+    HEADER_SIZE,
     NEED_MORE_BYTES,
     Balanced,
     Buffer,
@@ -86,7 +88,9 @@ from sdk.wire import (
     UserDetails,
     UserInfo,
     UserStatus,
+    decode_frame,
 )
+from sdk.wire.header import SIZE_OFFSET
 from sdk.wire.tokens import EXPIRY_SERVER_DEFAULT
 
 if TYPE_CHECKING:
@@ -97,6 +101,7 @@ __all__ = ["RECEIVE_BYTES_MAX", "AsyncClient", "TopicSettings"]
 
 _T = TypeVar("_T")
 _BALANCED: Final = Balanced()
+_SIZE: Final = struct.Struct("<I")
 
 
 def _wall_clock_us() -> int:
@@ -112,18 +117,78 @@ def _dial_failure(error: BaseException) -> str:
 
 
 class _Connection:
-    """One TCP (or TLS over TCP) stream to one node and the decoder of what it sends."""
+    """One connection to one node and the decoder of what it sends.
 
-    __slots__ = ("decoder", "socket_stream", "stream", "used_at")
+    A plain TCP connection is a non-blocking stdlib socket that :meth:`exchange` writes
+    and reads itself, parking in trio (``wait_writable``, ``wait_readable``) only when
+    the socket would block: a lock-step request costs one ``send``, one wait for the
+    reply and one ``recv``, without the stream layers' extra checkpoints. A TLS
+    connection goes through trio's ``SSLStream``.
+    """
 
-    def __init__(self, stream: trio.abc.Stream, socket_stream: trio.SocketStream) -> None:
+    __slots__ = ("decoder", "sock", "stream", "transport", "used_at")
+
+    def __init__(self, transport: trio.SocketStream, stream: trio.abc.Stream | None = None) -> None:
+        self.transport = transport
         self.stream = stream
-        self.socket_stream = socket_stream
+        """The TLS stream; ``None`` on plain TCP, where ``sock`` is used instead."""
+        self.sock: socket.socket | None = None
+        if stream is None:
+            # Take the descriptor over from trio's socket: this connection reads and
+            # writes it directly (and closes it, in abort).
+            self.sock = socket.socket(fileno=transport.socket.detach())
+            self.sock.setblocking(False)
         self.decoder = FrameDecoder()
         self.used_at = trio.current_time()
         """When a frame last went out on it (the heartbeat pings it after a silence)."""
 
-    async def receive_frame(self, address: NodeAddress) -> Frame:
+    async def exchange(self, frame: bytes | bytearray, address: NodeAddress) -> Frame:
+        """Write ``frame`` and read one frame back.
+
+        A cancel point always and a schedule point always: when the reply was already
+        there and nothing had to wait, it yields once before returning.
+        """
+        sock = self.sock
+        if sock is None:
+            assert self.stream is not None
+            await self.stream.send_all(frame)
+            return await self._receive_stream(address)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            sent = sock.send(frame)
+        except BlockingIOError:
+            sent = 0
+        if sent < len(frame):
+            await _send_rest(sock, frame, sent)
+        decoder = self.decoder
+        reply = decoder.next_frame()
+        parked = False
+        while reply is NEED_MORE_BYTES:
+            try:
+                data = sock.recv(RECEIVE_BYTES_MAX)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(sock)
+                parked = True
+                continue
+            if not data:
+                raise ConnectionLost(address, "closed by the node")
+            if (
+                len(data) >= HEADER_SIZE
+                and _SIZE.unpack_from(data, SIZE_OFFSET)[0] == len(data)
+                and decoder.pending_bytes == 0
+            ):
+                # Exactly one whole frame between frames (a lock-step reply): it is its
+                # own buffer, with no decoder state to go through.
+                reply = decode_frame(data)
+            else:
+                decoder.feed(data)
+                reply = decoder.next_frame()
+        if not parked:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        return reply
+
+    async def _receive_stream(self, address: NodeAddress) -> Frame:
+        assert self.stream is not None
         while True:
             frame = self.decoder.next_frame()
             if frame is not NEED_MORE_BYTES:
@@ -135,7 +200,22 @@ class _Connection:
 
     def abort(self) -> None:
         # Synchronous on purpose: it also runs when the task is being cancelled.
-        self.socket_stream.socket.close()
+        if self.sock is not None:
+            # Wake any task parked on it (with ClosedResourceError) before the
+            # descriptor goes.
+            trio.lowlevel.notify_closing(self.sock)
+            self.sock.close()
+        else:
+            self.transport.socket.close()
+
+
+async def _send_rest(sock: socket.socket, frame: bytes | bytearray, sent: int) -> None:
+    """Write ``frame[sent:]``, waiting for room whenever the socket is full."""
+    with memoryview(frame) as view:
+        while sent < len(view):
+            await trio.lowlevel.wait_writable(sock)
+            with suppress(BlockingIOError):
+                sent += sock.send(view[sent:])
 
 
 class AsyncClient:
@@ -213,11 +293,24 @@ class AsyncClient:
     # --- the driver --------------------------------------------------------------------
 
     async def _run(self, step: Step[_T]) -> _T:
-        async with self._lock:
+        # The lock is free but for concurrent calls on one client: take it without a
+        # checkpoint then (the exchange checkpoints), wait in line otherwise.
+        lock = self._lock
+        try:
+            lock.acquire_nowait()
+        except trio.WouldBlock:
+            try:
+                await lock.acquire()
+            except BaseException:
+                step.close()
+                raise
+        try:
             if self._closed:
                 step.close()
                 raise ClientClosed
             return await self._drive(step)
+        finally:
+            lock.release()
 
     async def _drive(self, step: Step[_T]) -> _T:
         reply: Frame | None = None
@@ -246,18 +339,14 @@ class AsyncClient:
     async def _exchange(self, action: Exchange) -> Frame:
         address = action.address
         try:
-            with trio.fail_after(action.timeout_s):
+            with trio.CancelScope(deadline=trio.current_time() + action.timeout_s):
                 connection = self._connections.get(address)
                 if connection is None:
                     connection = await self._dial(address, action.connect_timeout_s)
                 connection.used_at = trio.current_time()
-                await connection.stream.send_all(action.frame)
-                return await connection.receive_frame(address)
+                return await connection.exchange(action.frame, address)
         except ConnectFailed:
             raise
-        except trio.TooSlowError:
-            self._drop(address)
-            raise ExchangeTimedOut(address, f"no reply within {action.timeout_s:.3f}s") from None
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as error:
             self._drop(address)
             raise ConnectionLost(address, str(error) or type(error).__name__) from None
@@ -271,6 +360,9 @@ class AsyncClient:
             # Cancelled mid-exchange: the reply may still arrive on this stream.
             self._drop(address)
             raise
+        # Only reached when the deadline cancelled the exchange.
+        self._drop(address)
+        raise ExchangeTimedOut(address, f"no reply within {action.timeout_s:.3f}s")
 
     async def _dial(self, address: NodeAddress, timeout_s: float) -> _Connection:
         socket_stream: trio.SocketStream | None = None
@@ -298,7 +390,7 @@ class AsyncClient:
             if socket_stream is not None:
                 socket_stream.socket.close()
             raise
-        connection = _Connection(stream, socket_stream)
+        connection = _Connection(socket_stream, stream if self._tls is not None else None)
         self._connections[address] = connection
         return connection
 

@@ -125,7 +125,8 @@ def test_trio_client_sets_tcp_nodelay(fake: FakeCluster) -> None:
     async def body() -> None:
         async with AsyncClient.from_connection_string(url(fake)) as client:
             (connection,) = client._connections.values()
-            assert connection.socket_stream.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            assert connection.sock is not None
+            assert connection.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
 
     run_trio(body)
 
