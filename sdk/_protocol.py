@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import json
 import random
+import struct
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -146,9 +147,7 @@ from sdk.wire import (
     PollMessagesReply,
     ProtocolError,
     RawPersonalAccessToken,
-    ReplyHeader,
     ReplyPayload,
-    RequestHeader,
     RequestPayload,
     SendConfirmation,
     SendMessagesReply,
@@ -357,14 +356,18 @@ class _InPlaceTemplate:
         self.buffer = buffer
 
     def frame(self, client: int, session: int, request: int) -> bytes | bytearray:
-        RequestHeader(
-            size=len(self.buffer),
-            client=client,
-            request=request,
-            session=session,
-            operation=self.operation,
-        ).pack_into(self.buffer)
-        return self.buffer
+        buffer = self.buffer
+        _REQUEST_STAMP.pack_into(
+            buffer,
+            0,
+            len(buffer),
+            Command.REQUEST,
+            client.to_bytes(16, "little"),
+            request,
+            self.operation,
+            session,
+        )
+        return buffer
 
 
 _Template: TypeAlias = _BodyTemplate | _InPlaceTemplate
@@ -373,7 +376,6 @@ _Template: TypeAlias = _BodyTemplate | _InPlaceTemplate
 @dataclass(frozen=True, slots=True)
 class _Answer:
     address: NodeAddress
-    header: ReplyHeader
     payload: ReplyPayload | None
     frame: Frame
 
@@ -381,6 +383,45 @@ class _Answer:
 def _body(code: CommandCode, payload: RequestPayload) -> _BodyTemplate:
     return _BodyTemplate(code, payload.encode())
 
+
+_REQUEST_STAMP: Final = struct.Struct(
+    "<"
+    "48x"  # 0    checksum, checksum_body, cluster: zero from clients
+    "I"  # 48   size: u32
+    "8x"  # 52   view, release: zero from clients
+    "B"  # 60   command: u8, Command.REQUEST
+    "67x"  # 61   replica, reserved_frame
+    "16s"  # 128  client: u128
+    "24x"  # 144  request_checksum (unstamped on the partition plane), timestamp
+    "Q"  # 168  request: u64
+    "B"  # 176  operation: u8
+    "7x"  # 177  operation padding
+    "Q"  # 184  session: u64
+    "64x"  # 192  user_id, code (0 off the non-replicated plane), reserved
+)
+"""A partition-plane request header (``sdk.wire.header.REQUEST_HEADER``'s layout with its
+zero fields as padding): what ``RequestHeader(...).pack_into`` writes for it, in one call."""
+assert _REQUEST_STAMP.size == HEADER_SIZE
+
+_REPLY_ECHO: Final = struct.Struct(
+    "<"
+    "52x"  # 0    checksum, checksum_body, cluster, size
+    "I"  # 52   view: u32
+    "4x"  # 56   release
+    "B"  # 60   command: u8, Command.REPLY
+    "B"  # 61   replica: u8, the replica that made the reply
+    "98x"  # 62   reserved_frame, request_checksum, context
+    "16s"  # 160  client: u128, echoed
+    "24x"  # 176  op, commit, timestamp
+    "Q"  # 200  request: u64, echoed
+    "B"  # 208  operation: u8, echoed
+    "7x"  # 209  operation padding
+    "I"  # 216  status: u32
+    "36x"  # 220  reserved
+)
+"""The reply header fields a client judges a reply by (``sdk.wire.header.REPLY_HEADER``'s
+layout, the rest skipped)."""
+assert _REPLY_ECHO.size == HEADER_SIZE
 
 _BALANCED: Final = Balanced()
 _RELOGIN_EVICTIONS: Final = (
@@ -495,9 +536,12 @@ class ClientCore:
 
     def _read(
         self, code: CommandCode | int, request: int, operation: Operation, frame: Frame
-    ) -> tuple[ReplyHeader, ReplyPayload | None]:
+    ) -> tuple[int, int, ReplyPayload | None]:
         """Check that ``frame`` answers our request; decode it (a code outside Iggy's
         registry has no payload: its caller reads the frame's body).
+
+        Returns:
+            The reply's view and replica (header fields), and its decoded payload.
 
         Raises:
             ProtocolError: malformed, or not an answer to this request.
@@ -505,6 +549,7 @@ class ClientCore:
             SessionEvicted: an eviction for our client.
         """
         client = self.session.client_id
+        data = frame.data
         if frame.command is Command.EVICTION:
             eviction = frame.eviction_header()
             if eviction.client != client:
@@ -514,26 +559,35 @@ class ClientCore:
                 eviction.server_protocol_version,
                 eviction.server_protocol_version_min,
             )
-        header = frame.reply_header()
-        if header.client != client or header.request != request or header.operation != operation:
+        # Only the fields a client judges a reply by, in one unpack (a frame is at least
+        # its 256-byte header).
+        view, command, replica, echoed_client, echoed_request, echoed_operation, status = (
+            _REPLY_ECHO.unpack_from(data)
+        )
+        if command != Command.REPLY:
+            raise ProtocolError(f"command {command} where a REPLY was expected")
+        echoed = int.from_bytes(echoed_client, "little")
+        if echoed != client or echoed_request != request or echoed_operation != operation:
             raise ProtocolError(
-                f"reply (client {header.client:x}, request {header.request}, "
-                f"{header.operation.name}) does not answer request {request} {operation.name}"
+                f"reply (client {echoed:x}, request {echoed_request}, operation "
+                f"{echoed_operation}) does not answer request {request} {operation.name}"
             )
-        if operation is Operation.REGISTER and header.status == 0 and len(frame.body) == 0:
+        if operation is Operation.REGISTER and status == 0 and len(data) == HEADER_SIZE:
             # A terminal login failure ships an empty Register reply (docs/protocol.md 4).
             raise _LoginRefused
+        if status != 0:
+            raise ServerRejected(status)
         if not isinstance(code, CommandCode):
-            if header.status != 0:
-                raise ServerRejected(header.status)
-            return header, None
-        if header.status != 0:
-            raise ServerRejected(header.status)
+            return view, replica, None
+        if code is CommandCode.SEND_MESSAGES:
+            # Not result-framed; an empty body means no confirmations (COMMANDS' spec).
+            body = data[HEADER_SIZE:]
+            return view, replica, SendMessagesReply.decode(body) if len(body) else None
         # read_reply without parsing the header a second time.
         spec = COMMANDS.get(code)
         if spec is None:
             raise ValueError(f"command {code} is not supported by this codec")
-        return header, spec.decode_reply(split_result(header.operation, frame.body))
+        return view, replica, spec.decode_reply(split_result(operation, data[HEADER_SIZE:]))
 
     def _call(
         self,
@@ -625,7 +679,7 @@ class ClientCore:
             assert reply is not None, "a driver answers an exchange with a frame"
             reached = True
             try:
-                header, payload = self._read(code, request, operation, reply)
+                view, replica, payload = self._read(code, request, operation, reply)
             except _LoginRefused:
                 self.cluster.on_answer(address)
                 raise InvalidFormat(detail="login refused: empty register reply") from None
@@ -742,8 +796,8 @@ class ClientCore:
                 ) from None
             self.cluster.on_answer(address)
             if write_route is not None:
-                self.cluster.on_primary(write_route, address, header.view, header.replica)
-            return _Answer(address, header, payload, reply)
+                self.cluster.on_primary(write_route, address, view, replica)
+            return _Answer(address, payload, reply)
 
     @staticmethod
     def _give_up(last: Exception | None, *, uncertain: bool, reached: bool) -> IggyError:
@@ -823,7 +877,7 @@ class ClientCore:
         reply = yield Exchange(address, frame, timeout, min(self.config.connect_timeout_s, timeout))
         assert reply is not None, "a driver answers an exchange with a frame"
         try:
-            _, answer = self._read(code, 0, Operation.REGISTER, reply)
+            _, _, answer = self._read(code, 0, Operation.REGISTER, reply)
         except _LoginRefused:
             raise ServerRejected(IggyErrorCode.INVALID_CREDENTIALS) from None
         login = _expect(answer, LoginRegisterReply)
@@ -1275,8 +1329,11 @@ class ClientCore:
                 values = [to_message(value) for value in values]
             batch: Sequence[Message] = values  # type: ignore[assignment]  # all Message now
             payloads = list(map(_PAYLOAD, batch))
-            ids = list(map(_ID, batch))
-            timestamps = list(map(_ORIGIN_TIMESTAMP, batch))
+            # The columns a batch usually leaves to the SDK (all 0) are not copied.
+            if any(map(_ID, batch)):
+                ids = list(map(_ID, batch))
+            if any(map(_ORIGIN_TIMESTAMP, batch)):
+                timestamps = list(map(_ORIGIN_TIMESTAMP, batch))
             if any(map(_HEADERS, batch)):
                 user_headers = [message.encoded_headers() for message in batch]
         stream_id, topic_id = to_identifier(stream), to_identifier(topic)

@@ -313,9 +313,11 @@ def build_batch_columns(
     if isinstance(ids, bytes | bytearray):
         if len(ids) != 16 * count:
             raise ValueError(f"{len(ids)} bytes of packed ids for {count} messages")
-        packed_ids: bytes | None = bytes(ids)
-        # Low and high halves of each id, in message order (u128 little-endian).
-        halves: Iterable[int] = struct.unpack(f"<{2 * count}Q", ids)
+        packed = bytes(ids)
+        packed_ids: bytes | None = packed
+        # Low and high halves of each id, in message order (u128 little-endian), read
+        # only by the builders that pack ids as integers.
+        halves: Iterable[int] = _LazyHalves(packed, count)
     else:
         if len(ids) != count:
             raise ValueError(f"{len(ids)} ids for {count} messages")
@@ -372,6 +374,20 @@ def build_batch_columns(
     return buffer
 
 
+class _LazyHalves:
+    """The u64 halves of packed ids, unpacked only when iterated: the aligned uniform
+    build copies packed ids as they are and never needs them as integers."""
+
+    __slots__ = ("_count", "_packed")
+
+    def __init__(self, packed: bytes, count: int) -> None:
+        self._packed = packed
+        self._count = count
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(struct.unpack(f"<{2 * self._count}Q", self._packed))
+
+
 def _id_halves(ids: Sequence[int]) -> Iterator[int]:
     """Each id's low and high 64 bits, interleaved (an id outside 0..2**128-1 gives a
     half that does not pack, as a struct would refuse the id itself)."""
@@ -383,11 +399,12 @@ def _id_halves(ids: Sequence[int]) -> Iterator[int]:
 @functools.lru_cache(maxsize=64)
 def _aligned_frame_layout(
     count: int, payload_size: int, headers_size: int, payloads_packed: bool
-) -> tuple[struct.Struct, struct.Struct, bytes, bytes]:
+) -> tuple[struct.Struct, struct.Struct, bytes, bytes, struct.Struct]:
     """For frames whose size is a multiple of 8: a struct writing only the payloads
     (and header blocks), every header left zero; the struct of the hashed bytes (as
-    :func:`_frame_structs`); and the offset-delta column 0..count-1 and the lengths
-    column, packed as u64 words for strided copies into the frames."""
+    :func:`_frame_structs`); the offset-delta column 0..count-1 and the lengths
+    column, packed as u64 words for strided copies into the frames; and the struct
+    packing ``count`` checksums."""
     payload = f"{payload_size}s" if payloads_packed else f"{payload_size}x"
     headers = f"{headers_size}s" if headers_size else ""
     frame_size = MESSAGE_HEADER_SIZE + payload_size + headers_size
@@ -396,6 +413,7 @@ def _aligned_frame_layout(
         struct.Struct("<" + f"8x{frame_size - 8}s" * count),
         struct.pack(f"<{count}Q", *range(count)),
         _U64.pack(headers_size | payload_size << 32) * count,
+        struct.Struct(f"<{count}Q"),
     )
 
 
@@ -451,7 +469,7 @@ def _build_uniform(
     if frame_size % 8 == 0:
         # Payloads (and header blocks) by one struct, then each header field as one
         # strided copy of u64 words into every frame at once.
-        frames, bodies, offset_deltas, lengths = _aligned_frame_layout(
+        frames, bodies, offset_deltas, lengths, checksums_struct = _aligned_frame_layout(
             count, payload_size, headers_size, packed_payloads
         )
         blocks: list[Sequence[Buffer]] = []
@@ -479,6 +497,7 @@ def _build_uniform(
         words[4::stride] = memoryview(lengths).cast("Q")
     else:
         frames, bodies = _frame_structs(count, payload_size, headers_size, packed_payloads)
+        checksums_struct = struct.Struct(f"<{count}Q")
         halves_iterator = iter(halves)
         # Offset delta i in the low half, the timestamp delta in the high half.
         delta_words: Iterable[int] = (
@@ -504,7 +523,7 @@ def _build_uniform(
         payload_starts = range(start + MESSAGE_HEADER_SIZE, end, frame_size)
         payload_ends = range(start + MESSAGE_HEADER_SIZE + payload_size, end + 1, frame_size)
         deque(map(view.__setitem__, map(slice, payload_starts, payload_ends), payloads), 0)
-    checksums = struct.pack(f"<{count}Q", *map(_digest, bodies.unpack_from(buffer, start)))
+    checksums = checksums_struct.pack(*map(_digest, bodies.unpack_from(buffer, start)))
     if frame_size % 8 == 0:
         # One strided copy of 8-byte items (a raw copy: byte order is kept).
         view[start:end].cast("Q")[:: frame_size // 8] = memoryview(checksums).cast("Q")

@@ -30,6 +30,7 @@ Sources: apache/iggy ``core/binary_protocol/src/requests/messages/*.rs``,
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -98,9 +99,12 @@ _BATCH_LENGTH: Final = struct.Struct(
 assert _BATCH_LENGTH.size == 40 <= BATCH_HEADER_SIZE
 
 
+@functools.lru_cache(maxsize=256)
 def _send_metadata(
     stream_id: Identifier, topic_id: Identifier, partitioning: Partitioning, count: int
 ) -> bytes:
+    """The metadata prefix of a send body (cached: a producer sends to a few partitions
+    with a few batch lengths, and the prefix is immutable bytes)."""
     metadata = Writer()
     encode_identifier(metadata, stream_id)
     encode_identifier(metadata, topic_id)
