@@ -32,7 +32,7 @@ from __future__ import annotations
 import random
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Final, Literal, TypeAlias, TypeVar
+from typing import Final, Literal, NamedTuple, TypeAlias, TypeVar
 
 from sdk.connection_string import NodeAddress
 from sdk.wire import ClusterMetadata, ClusterNodeRole
@@ -54,9 +54,9 @@ METADATA: Final = "metadata"
 _UNSPECIFIED_HOSTS: Final = ("", "0.0.0.0", "::", "[::]")
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionGroup:
-    """The route key of one partition's group, named as the request names it."""
+class PartitionGroup(NamedTuple):
+    """The route key of one partition's group, named as the request names it (a tuple:
+    hashed and compared in C, as the route tables look one up on every send)."""
 
     stream: int | str
     topic: int | str
