@@ -369,8 +369,10 @@ def build_batch_columns(
     else:
         checksums = _build_walk(buffer, start, payloads, halves, timestamp_deltas, user_headers)
     BATCH_HEADER.pack_into(buffer, headroom, 0, 0, 0, origin_timestamp, batch_length, 0, count)
-    header = memoryview(buffer)[headroom : headroom + BATCH_HEADER_SIZE]
-    _U64.pack_into(buffer, headroom + 40, batch_checksum(header, checksums))
+    # batch_checksum's input, sliced straight from the buffer (header bytes 0..40 and
+    # 48..52, then the packed message checksums).
+    hashed = buffer[headroom : headroom + 40] + buffer[headroom + 48 : headroom + 52] + checksums
+    _U64.pack_into(buffer, headroom + 40, _digest(hashed))
     return buffer
 
 

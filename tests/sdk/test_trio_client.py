@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 import trio
+import trio.testing
 
 from sdk import AsyncClient, ConsumerRef, Message, Partitioning, PollingStrategy
 from sdk.errors import (
@@ -152,6 +153,38 @@ def test_cancelling_a_call_closes_its_connection_and_the_next_call_redials(
             assert client._connections == {}
             await client.ping()
             assert len(client._connections) == 1
+
+    run_trio(body)
+
+
+def test_concurrent_calls_on_one_client_take_turns_in_arrival_order(
+    fake: FakeCluster,
+) -> None:
+    async def body() -> None:
+        async with AsyncClient.from_connection_string(url(fake)) as client:
+            fake.add_fault("delay", code=CommandCode.GET_STATS, delay_s=0.3)
+            finished: list[str] = []
+
+            async def call(name: str) -> None:
+                if name == "stats":
+                    await client.get_stats()
+                else:
+                    await client.get_streams()
+                finished.append(name)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(call, "stats")
+                await trio.testing.wait_all_tasks_blocked()
+                assert client._busy  # the stats call holds the session, awaiting its reply
+                with trio.CancelScope() as scope:
+                    scope.cancel()
+                    await client.get_streams()  # cancelled while it waits its turn
+                nursery.start_soon(call, "first")
+                await trio.testing.wait_all_tasks_blocked()
+                nursery.start_soon(call, "second")
+            assert finished == ["stats", "first", "second"]
+            assert not client._busy
+            assert len(client._connections) == 1  # the cancelled waiter sent nothing
 
     run_trio(body)
 
