@@ -88,9 +88,9 @@ from sdk.wire import (
     UserDetails,
     UserInfo,
     UserStatus,
-    decode_frame,
 )
-from sdk.wire.header import SIZE_OFFSET
+from sdk.wire.codes import Command
+from sdk.wire.header import COMMAND_OFFSET, FRAME_SIZE_MAX, SIZE_OFFSET
 from sdk.wire.tokens import EXPIRY_SERVER_DEFAULT
 
 if TYPE_CHECKING:
@@ -102,6 +102,7 @@ __all__ = ["RECEIVE_BYTES_MAX", "AsyncClient", "TopicSettings"]
 _T = TypeVar("_T")
 _BALANCED: Final = Balanced()
 _SIZE: Final = struct.Struct("<I")
+assert RECEIVE_BYTES_MAX <= FRAME_SIZE_MAX  # a whole frame in one read is one of legal size
 
 
 def _wall_clock_us() -> int:
@@ -145,8 +146,8 @@ class _Connection:
     async def exchange(self, frame: bytes | bytearray, address: NodeAddress) -> Frame:
         """Write ``frame`` and read one frame back.
 
-        A cancel point always and a schedule point always: when the reply was already
-        there and nothing had to wait, it yields once before returning.
+        A cancel point and a schedule point: it parks at least once (waiting for the
+        reply), or yields once when the reply was already decoded.
         """
         sock = self.sock
         if sock is None:
@@ -162,30 +163,35 @@ class _Connection:
             await _send_rest(sock, frame, sent)
         decoder = self.decoder
         reply = decoder.next_frame()
-        parked = False
-        while reply is NEED_MORE_BYTES:
+        if reply is not NEED_MORE_BYTES:  # it came with the bytes of an earlier one
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return reply
+        # Right after a request went out its reply is not here yet: wait before the
+        # first read (a read first would only fail); later pieces are read first.
+        await trio.lowlevel.wait_readable(sock)
+        while True:
             try:
                 data = sock.recv(RECEIVE_BYTES_MAX)
             except BlockingIOError:
                 await trio.lowlevel.wait_readable(sock)
-                parked = True
                 continue
             if not data:
                 raise ConnectionLost(address, "closed by the node")
             if (
                 len(data) >= HEADER_SIZE
+                and data[COMMAND_OFFSET] == Command.REPLY
                 and _SIZE.unpack_from(data, SIZE_OFFSET)[0] == len(data)
                 and decoder.pending_bytes == 0
             ):
-                # Exactly one whole frame between frames (a lock-step reply): it is its
-                # own buffer, with no decoder state to go through.
-                reply = decode_frame(data)
-            else:
-                decoder.feed(data)
-                reply = decoder.next_frame()
-        if not parked:
-            await trio.lowlevel.cancel_shielded_checkpoint()
-        return reply
+                # Exactly one whole reply between frames (a lock-step reply), of a size
+                # the decoder accepts (at most RECEIVE_BYTES_MAX): it is its own buffer,
+                # with no decoder state to go through. Anything else takes the decoder,
+                # which judges sizes and commands.
+                return Frame(memoryview(data), Command.REPLY)
+            decoder.feed(data)
+            reply = decoder.next_frame()
+            if reply is not NEED_MORE_BYTES:
+                return reply
 
     async def _receive_stream(self, address: NodeAddress) -> Frame:
         assert self.stream is not None

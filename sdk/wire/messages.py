@@ -34,9 +34,10 @@ import functools
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import starmap
 from typing import Final, Self
 
-from sdk.wire._buffer import Buffer, Reader, Writer, read_whole
+from sdk.wire._buffer import Buffer, Reader, Writer, as_byte_view, read_whole
 from sdk.wire._payload import bool_flag, check_count, closed_enum
 from sdk.wire.batch import (
     BATCH_HEADER_SIZE,
@@ -252,6 +253,17 @@ class SendConfirmation:
     base_offset: int
 
 
+_CONFIRMATION: Final = struct.Struct(
+    "<"
+    "I"  # 0   stream_id: u32
+    "I"  # 4   topic_id: u32
+    "I"  # 8   partition_id: u32
+    "Q"  # 12  base_offset: u64
+)
+assert _CONFIRMATION.size == 20
+_U32: Final = struct.Struct("<I")
+
+
 @dataclass(frozen=True, slots=True)
 class SendMessagesReply:
     """SEND_MESSAGES reply (not result-framed): ``[count u32]`` then 20-byte entries."""
@@ -272,7 +284,14 @@ class SendMessagesReply:
     @classmethod
     def decode(cls, body: Buffer) -> Self:
         """Parse the reply payload."""
-        reader = Reader(body)
+        view = as_byte_view(body)
+        if len(view) >= 4:
+            # The well-formed reply in two struct calls; the reader below names what is
+            # wrong with any other.
+            (count,) = _U32.unpack_from(view)
+            if len(view) == 4 + _CONFIRMATION.size * count:
+                return cls(tuple(starmap(SendConfirmation, _CONFIRMATION.iter_unpack(view[4:]))))
+        reader = Reader(view)
         count = reader.u32()
         check_count(count, reader, 20, "confirmations")
         confirmations = tuple(
