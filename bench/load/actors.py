@@ -179,17 +179,23 @@ async def produce(
     stream = shared.streams[spec.stream]
     progress = shared.progress[spec.role]
     records = BatchRecords()
-    pacer = _Pacer(spec.rate_bytes_per_s, clock.origin)
+    pacer = None if spec.rate_bytes_per_s is None else _Pacer(spec.rate_bytes_per_s, clock.origin)
+    # The loop's per-batch work outside the send is kept to the clock reads and the
+    # record: it is part of the load generator's CPU per batch.
+    send = client.send
+    perf_counter = time.perf_counter
+    target_stream, partition = spec.stream, spec.partition
     turn = 0
     try:
         while len(records) < batches and not shared.stalled:
             index = turn % len(prepared)
             turn += 1
             batch = pool.batches[index]
-            await pacer.wait(batch.user_bytes, sleep)
-            started = time.perf_counter()
-            await client.send(spec.stream, spec.partition, prepared[index])
-            ended = time.perf_counter()
+            if pacer is not None:
+                await pacer.wait(batch.user_bytes, sleep)
+            started = perf_counter()
+            await send(target_stream, partition, prepared[index])
+            ended = perf_counter()
             stream.produced += batch.messages
             _record(
                 records,
