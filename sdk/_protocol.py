@@ -1429,7 +1429,9 @@ class ClientCore:
     def _message_id_bytes(self, count: int) -> bytes:
         """The ids :meth:`_message_ids` would mint, packed as 16 little-endian bytes each
         (one draw; the per-id walk only when the draw holds a zero id)."""
-        raw = self._rng.getrandbits(128 * count).to_bytes(16 * count, "little")
+        # randbytes: a seeded Random's is exactly getrandbits(8n).to_bytes(n, "little"),
+        # the OS's (SystemRandom) is os.urandom, without an int in between.
+        raw = self._rng.randbytes(16 * count)
         if _ZERO_ID in raw and any(
             raw[start : start + 16] == _ZERO_ID for start in range(0, len(raw), 16)
         ):
@@ -1441,16 +1443,14 @@ class ClientCore:
     def _message_ids(self, count: int) -> list[int]:
         """``count`` random nonzero 128-bit message ids from one draw of the rng.
 
-        One ``getrandbits`` for the batch: with the default ``SystemRandom`` that is one
+        One ``randbytes`` draw for the batch: with the default ``SystemRandom`` that is one
         ``os.urandom`` call instead of one per message. A seeded ``random.Random`` fills
         a wide draw from its 32-bit words in order, so the ids are those that one draw
         per message would give.
         """
         if count == 0:
             return []
-        return self._ids_from_draw(
-            self._rng.getrandbits(128 * count).to_bytes(16 * count, "little")
-        )
+        return self._ids_from_draw(self._rng.randbytes(16 * count))
 
     def _ids_from_draw(self, raw: bytes) -> list[int]:
         ids = [
