@@ -175,7 +175,8 @@ def test_concurrent_calls_on_one_client_take_turns_in_arrival_order(
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(call, "stats")
                 await trio.testing.wait_all_tasks_blocked()
-                assert client._busy  # the stats call holds the session, awaiting its reply
+                held = client._busy  # the stats call holds the session, awaiting its reply
+                assert held
                 with trio.CancelScope() as scope:
                     scope.cancel()
                     await client.get_streams()  # cancelled while it waits its turn
