@@ -352,11 +352,13 @@ class AsyncClient:
     async def _exchange(self, action: Exchange) -> Frame:
         address = action.address
         try:
-            with trio.CancelScope(deadline=trio.current_time() + action.timeout_s):
+            now = trio.current_time()
+            with trio.CancelScope(deadline=now + action.timeout_s):
                 connection = self._connections.get(address)
                 if connection is None:
                     connection = await self._dial(address, action.connect_timeout_s)
-                connection.used_at = trio.current_time()
+                    now = trio.current_time()
+                connection.used_at = now
                 return await connection.exchange(action.frame, address)
         except ConnectFailed:
             raise
