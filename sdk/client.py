@@ -18,6 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import ssl
@@ -123,7 +124,44 @@ class _Connection:
         self.used_at = trio.current_time()
         """When a frame last went out on it (the heartbeat pings it after a silence)."""
 
+    async def send_frame(self, frame: bytes | bytearray | memoryview) -> None:
+        if self.stream is self.socket_stream:
+            # Plain TCP: the kernel takes a request whole (a batch included) unless its
+            # buffer is full, so try that first without a scheduler pass.
+            try:
+                sent = os.write(self.socket_stream.socket.fileno(), frame)
+            except BlockingIOError:
+                sent = 0
+            if sent == len(frame):
+                return
+            frame = memoryview(frame)[sent:]
+        await self.stream.send_all(frame)
+
     async def receive_frame(self, address: NodeAddress) -> Frame:
+        if self.stream is not self.socket_stream:
+            return await self._receive_frame_tls(address)
+        # Plain TCP: read the socket directly and yield to trio only to wait for bytes.
+        # A reply is usually whole once the socket turns readable, so this is one
+        # scheduler pass per reply where ``receive_some`` takes two or three (a checkpoint
+        # around every read). Reading while bytes are there is not a checkpoint; the
+        # exchange's send before it is.
+        sock = self.socket_stream.socket
+        fd = sock.fileno()
+        decoder = self.decoder
+        while True:
+            frame = decoder.next_frame()
+            if frame is not NEED_MORE_BYTES:
+                return frame
+            try:
+                data = os.read(fd, RECEIVE_BYTES_MAX)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(sock)
+                continue
+            if not data:
+                raise ConnectionLost(address, "closed by the node")
+            decoder.feed(data)
+
+    async def _receive_frame_tls(self, address: NodeAddress) -> Frame:
         while True:
             frame = self.decoder.next_frame()
             if frame is not NEED_MORE_BYTES:
@@ -251,7 +289,7 @@ class AsyncClient:
                 if connection is None:
                     connection = await self._dial(address, action.connect_timeout_s)
                 connection.used_at = trio.current_time()
-                await connection.stream.send_all(action.frame)
+                await connection.send_frame(action.frame)
                 return await connection.receive_frame(address)
         except ConnectFailed:
             raise
