@@ -27,7 +27,7 @@ from pathlib import Path
 
 from broker.runtime.store import GroupStore
 from broker.state.partition import ConsumerKey, ConsumerKind
-from broker.state.partition_machine import PartitionMachine
+from broker.state.partition_machine import PartitionMachine, send_body
 from consensus.messages import CHECKSUM_SIZE, Prepare, make_prepare_header
 from sdk import wire
 from sdk.wire.codes import Operation
@@ -45,7 +45,8 @@ def _fill(
             wire.PartitionId(0),
             [wire.OutgoingMessage(op * messages + k, payload) for k in range(messages)],
         )
-        prepared = machine.prepare(op, Operation.SEND_MESSAGES, bytes(body), 1_000 + op, 0)
+        admitted = send_body(wire.SendMessages.decode(body))  # as admission hands it on
+        prepared = machine.prepare(op, Operation.SEND_MESSAGES, admitted, 1_000 + op, 0)
         header = make_prepare_header(
             group=1,
             view=0,

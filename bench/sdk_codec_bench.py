@@ -17,8 +17,10 @@ measured is everything the SDK does per batch in Python except the system calls.
 * ``poll, payloads``: ``poll_messages`` of one stored batch, then the payload of every
   message read (``len(m.payload)``);
 * ``poll, payload views``: the same reading ``m.payload_view`` when the tree has it;
+* ``poll, payloads()``: the same through ``PolledMessages.payloads()`` (every payload
+  as a view, no message object made) when the tree has it;
 * ``poll, every field``: every attribute of every message read;
-* ``poll, decode only``: the poll, no message read.
+* ``poll, decode only``: the poll and its ``messages`` list, no message read.
 
 With ``--live``, one ``viewstream serve`` node is started and each round also runs,
 with the trio client over TCP, ``--batches`` lock-step sends of ``Message`` values
@@ -161,7 +163,7 @@ def _cases(messages: int, size: int) -> tuple[Any, dict[str, Callable[[], None]]
     stamp_batch(batch, verified, partition_id=0, base_offset=1000, base_timestamp=now_us)
     poll_body = PollMessagesReply(0, 1000 + messages - 1, messages, (bytes(batch),)).encode()
 
-    def poll() -> list[Any]:
+    def poll_reply() -> Any:
         step = core.poll_messages(
             stream,
             topic,
@@ -175,10 +177,13 @@ def _cases(messages: int, size: int) -> tuple[Any, dict[str, Callable[[], None]]
         try:
             step.send(replied(action.frame, poll_body))
         except StopIteration as stop:
-            polled: list[Any] = stop.value.messages
-            assert len(polled) == messages
-            return polled
+            return stop.value
         raise AssertionError("the poll asked for a second exchange")
+
+    def poll() -> list[Any]:
+        polled: list[Any] = poll_reply().messages
+        assert len(polled) == messages
+        return polled
 
     def poll_payloads() -> None:
         total = 0
@@ -205,6 +210,13 @@ def _cases(messages: int, size: int) -> tuple[Any, dict[str, Callable[[], None]]
             assert total == messages * size
 
         cases["poll, payload views"] = poll_views
+    if hasattr(poll_reply(), "payloads"):
+
+        def poll_payload_list() -> None:
+            total = sum(map(len, poll_reply().payloads()))
+            assert total == messages * size
+
+        cases["poll, payloads()"] = poll_payload_list
     cases["poll, every field"] = poll_fields
     cases["poll, decode only"] = poll_only
     return core, cases

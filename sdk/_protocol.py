@@ -83,7 +83,6 @@ from sdk.types import (
     MessageLike,
     PartitioningLike,
     PolledMessages,
-    polled_messages,
     to_identifier,
     to_message,
     to_partitioning,
@@ -1724,7 +1723,7 @@ def _fill_timestamps(timestamps: list[int] | None, now_us: int) -> list[int] | i
 
 def _polled(reply: PollMessagesReply) -> PolledMessages:
     """The messages of a poll reply, read lazily from its buffer."""
-    return PolledMessages(reply.partition_id, reply.current_offset, polled_messages(reply))
+    return PolledMessages.of_reply(reply)
 
 
 def frame_view(frame: Frame) -> int:

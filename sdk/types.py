@@ -22,6 +22,8 @@ from datetime import timedelta
 from typing import Any, Final, Literal, TypeAlias, TypedDict
 
 from sdk.wire import (
+    BATCH_HEADER_SIZE,
+    MESSAGE_HEADER_SIZE,
     Balanced,
     Buffer,
     Consumer,
@@ -394,15 +396,34 @@ _new_message = object.__new__
 def polled_messages(reply: PollMessagesReply) -> list[ReceivedMessage]:
     """The messages of a decoded poll reply, in order, each read lazily from the reply
     (one small object per message; no field decoded, no payload copied)."""
+    return _messages_of(_reply_records(reply))
+
+
+def _messages_of(records: list[tuple[_Record, Sequence[int]]]) -> list[ReceivedMessage]:
+    messages: list[ReceivedMessage] = []
+    append = messages.append
+    for shared, positions in records:
+        # The one loop a poll runs per message: an object of two slots, nothing read.
+        for position in positions:
+            message = _new_message(ReceivedMessage)
+            message._record = shared
+            message._position = position
+            append(message)
+    return messages
+
+
+def _reply_records(reply: PollMessagesReply) -> list[tuple[_Record, Sequence[int]]]:
+    """Each batch record of ``reply`` as the :class:`_Record` its messages share, with
+    where its message frames start."""
     frames = reply.frames
     if len(frames) != len(reply.records):  # not from decode: find the frames now
         frames = tuple(map(frame_positions, reply.records))
-    messages: list[ReceivedMessage] = []
+    records: list[tuple[_Record, Sequence[int]]] = []
+    partition_id = reply.partition_id
     for record, positions in zip(reply.records, frames, strict=True):
         data = memoryview(record).toreadonly()
         if data.format != "B" or data.ndim != 1:
             data = data.cast("B")
-        partition_id = reply.partition_id
         base_offset, base_timestamp, origin_timestamp = _BASES.unpack_from(data, 8)
         payload_size = headers_size = -1
         if isinstance(positions, range) and positions:
@@ -417,33 +438,144 @@ def polled_messages(reply: PollMessagesReply) -> list[ReceivedMessage]:
             payload_size,
             headers_size,
         )
-        append = messages.append
-        # The one loop a poll runs per message: an object of two slots, nothing read.
-        for position in positions:
-            message = _new_message(ReceivedMessage)
-            message._record = shared
-            message._position = position
-            append(message)
-    return messages
+        records.append((shared, positions))
+    return records
 
 
 _BASES: Final = struct.Struct("<QQQ")  # a batch header's bytes 8..32
+_new_polled = object.__new__
 
 
-@dataclass(frozen=True, slots=True)
 class PolledMessages:
     """The answer to one poll.
+
+    The messages are read from the reply when they are first asked for: a consumer that
+    wants only payloads (:meth:`payloads`), one message (:meth:`message`) or the
+    sizes (:attr:`count`, :attr:`size_bytes`) makes no object per message.
 
     Attributes:
         partition_id: The partition polled (``0xFFFFFFFF`` on the consumer-group
             re-sync sentinel, which the client handles itself).
         current_offset: The partition's latest offset.
-        messages: The messages in offset order.
+        messages: The messages in offset order (a list made on first read, then kept;
+            see :class:`ReceivedMessage` for how they share the reply's buffer).
+        count: How many messages the poll returned.
+        size_bytes: Their bytes as Iggy frames them: per message its 48-byte header,
+            payload and user headers.
     """
 
-    partition_id: int
-    current_offset: int
-    messages: list[ReceivedMessage]
+    __slots__ = ("_current_offset", "_messages", "_partition_id", "_records")
+
+    _messages: list[ReceivedMessage] | None
+    _records: list[tuple[_Record, Sequence[int]]] | None
+
+    def __init__(
+        self, partition_id: int, current_offset: int, messages: list[ReceivedMessage]
+    ) -> None:
+        self._partition_id = partition_id
+        self._current_offset = current_offset
+        self._messages = messages
+        self._records = None
+
+    @classmethod
+    def of_reply(cls, reply: PollMessagesReply) -> PolledMessages:
+        """The messages of a decoded poll reply, read lazily from its buffer."""
+        polled = _new_polled(cls)
+        polled._partition_id = reply.partition_id
+        polled._current_offset = reply.current_offset
+        polled._messages = None
+        polled._records = _reply_records(reply)
+        return polled
+
+    @property
+    def partition_id(self) -> int:
+        return self._partition_id
+
+    @property
+    def current_offset(self) -> int:
+        return self._current_offset
+
+    @property
+    def messages(self) -> list[ReceivedMessage]:
+        messages = self._messages
+        if messages is None:
+            assert self._records is not None
+            messages = self._messages = _messages_of(self._records)
+        return messages
+
+    @property
+    def count(self) -> int:
+        if self._records is None:
+            return len(self.messages)
+        return sum(len(positions) for _, positions in self._records)
+
+    @property
+    def size_bytes(self) -> int:
+        if self._records is None:
+            return sum(
+                MESSAGE_HEADER_SIZE + len(m.payload_view) + len(m.user_headers)
+                for m in self.messages
+            )
+        return sum(len(shared.data) - BATCH_HEADER_SIZE for shared, _ in self._records)
+
+    def payloads(self) -> list[memoryview]:
+        """Every message's payload, in order, as a read-only view of the reply (as
+        :attr:`ReceivedMessage.payload_view`), without making the messages."""
+        if self._records is None:
+            return [message.payload_view for message in self.messages]
+        payloads: list[memoryview] = []
+        for shared, positions in self._records:
+            data = shared.data
+            size = shared.payload_size
+            if size >= 0:
+                assert isinstance(positions, range)
+                start = positions.start + MESSAGE_HEADER_SIZE
+                stop = positions.stop + MESSAGE_HEADER_SIZE
+                payloads += [data[at : at + size] for at in range(start, stop, positions.step)]
+            else:
+                unpack = _U32.unpack_from
+                for position in positions:
+                    at = position + MESSAGE_HEADER_SIZE
+                    payloads.append(data[at : at + unpack(data, position + 36)[0]])
+        return payloads
+
+    def message(self, index: int) -> ReceivedMessage:
+        """The message at ``index`` (negative counts from the end), without making
+        the others.
+
+        Raises:
+            IndexError: there is no such message.
+        """
+        if self._records is None or self._messages is not None:
+            return self.messages[index]
+        if index < 0:
+            index += self.count
+        if index >= 0:
+            for shared, positions in self._records:
+                if index < len(positions):
+                    message = _new_message(ReceivedMessage)
+                    message._record = shared
+                    message._position = positions[index]
+                    return message
+                index -= len(positions)
+        raise IndexError("polled message index out of range")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PolledMessages):
+            return NotImplemented
+        return (self.partition_id, self.current_offset, self.messages) == (
+            other.partition_id,
+            other.current_offset,
+            other.messages,
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # a list of messages: as the dataclass was
+
+    def __repr__(self) -> str:
+        return (
+            f"PolledMessages(partition_id={self.partition_id!r}, "
+            f"current_offset={self.current_offset!r}, messages={self.messages!r})"
+        )
 
 
 # --- consumers and partitioning ------------------------------------------------------

@@ -975,10 +975,14 @@ def _prose(m: Measured) -> list[str]:
         f"{_fmt(p50('pc/single/1', 'consumers'), 2)} ms at the median on one node, and one "
         f"consumer reads {_fmt(mbps('pc/single/1', 'consumers'))} MB/s against "
         f"{_fmt(s1)} MB/s for one producer. The read path does less on the server (no "
-        "consensus round, no journal write) but more in the client, which decodes every "
-        "message into a Python object: the client's CPU is the higher of the two in the "
-        "consumer table. Whether the consumer beats the producer depends on which side "
-        "got more of the shared cores during the run; compare the two runs of each row.",
+        "consensus round, no journal write) and little per message in the client: the "
+        "node sends stored batches as they are, and the load generator reads every "
+        "payload as a view of the reply (`PolledMessages.payloads()`), making no object "
+        "per message. A poll is lock-step: the client waits for the node and the node for "
+        "the client, so a poll takes about the client's CPU per batch plus the node's "
+        "(the consumer table), and on two shared cores it also waits for a core. Whether "
+        "the consumer beats the producer by 2x depends on which side got more of the "
+        "shared cores during the run; compare the two runs of each row.",
         "",
         "**One node against three.** In a 3-node cluster every batch is also written by "
         "two backups and committed once one of them acknowledges; here all three nodes "

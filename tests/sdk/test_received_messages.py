@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sdk.types import ReceivedMessage, polled_messages
+from sdk.types import PolledMessages, ReceivedMessage, polled_messages
 from sdk.wire import (
     OutgoingMessage,
     PollMessagesReply,
@@ -138,3 +138,46 @@ def test_frame_positions_fail_exactly_where_read_batch_fails(
         assert bytes(batch[position + 48 : position + 48 + len(message.payload)]) == bytes(
             message.payload
         )
+
+
+@SETTINGS
+@given(
+    first=st.one_of(uniform_messages(), outgoing_messages()),
+    second=st.one_of(uniform_messages(), outgoing_messages()),
+)
+def test_polled_messages_read_without_the_list_equal_the_list(
+    first: list[OutgoingMessage], second: list[OutgoingMessage]
+) -> None:
+    batches = (stored(first, 10), stored(second, 10 + len(first)))
+    polled = PolledMessages.of_reply(PollMessagesReply.decode(reply_of(*batches)))
+    eager = [m for batch in batches for m in read_batch(batch)[1]]
+    assert polled.count == len(eager)
+    assert [bytes(view) for view in polled.payloads()] == [bytes(m.payload) for m in eager]
+    assert all(view.readonly for view in polled.payloads())
+    assert polled.size_bytes == sum(48 + len(m.payload) + len(m.user_headers) for m in eager)
+    assert [polled.message(i).offset for i in range(len(eager))] == [m.offset for m in eager]
+    assert polled.message(-1).offset == eager[-1].offset
+    with pytest.raises(IndexError):
+        polled.message(len(eager))
+    with pytest.raises(IndexError):
+        polled.message(-len(eager) - 1)
+    listed = polled.messages
+    assert listed is polled.messages  # made once, then kept
+    assert listed == polled_messages(PollMessagesReply.decode(reply_of(*batches)))
+    assert polled.message(0) == listed[0]
+    by_hand = PolledMessages(polled.partition_id, polled.current_offset, list(listed))
+    assert by_hand == polled
+    assert by_hand.count == polled.count and by_hand.size_bytes == polled.size_bytes
+    assert [bytes(v) for v in by_hand.payloads()] == [bytes(v) for v in polled.payloads()]
+
+
+def test_polled_messages_are_read_only_and_an_empty_poll_has_nothing() -> None:
+    polled = PolledMessages.of_reply(PollMessagesReply.decode(reply_of()))
+    assert (polled.count, polled.size_bytes, polled.payloads(), polled.messages) == (0, 0, [], [])
+    with pytest.raises(IndexError):
+        polled.message(0)
+    with pytest.raises(AttributeError):
+        polled.partition_id = 4  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        polled.messages = []  # type: ignore[misc]
+    assert repr(polled) == "PolledMessages(partition_id=3, current_offset=1234, messages=[])"

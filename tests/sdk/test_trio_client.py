@@ -132,6 +132,35 @@ def test_trio_client_sets_tcp_nodelay(fake: FakeCluster) -> None:
     run_trio(body)
 
 
+def test_frames_larger_than_the_socket_buffers_go_and_come_whole(fake: FakeCluster) -> None:
+    """The plain-TCP path writes and reads the socket directly: a request the kernel takes
+    only in part is finished by a waiting send, and a reply is read over many readable
+    turns. Socket buffers of 64 KiB force both for 2 MB each way."""
+    payloads = [bytes([k]) * 300_000 for k in range(1, 8)]
+
+    async def body() -> None:
+        async with AsyncClient.from_connection_string(url(fake)) as client:
+            await client.create_stream("big")
+            await client.create_topic("big", "events", 1)
+            (connection,) = client._connections.values()
+            connection.socket_stream.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
+            connection.socket_stream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+            await client.send_messages("big", "events", payloads, 0)
+            polled = await client.poll_messages(
+                "big",
+                "events",
+                consumer=ConsumerRef.single(1),
+                polling_strategy=PollingStrategy.offset(0),
+                count=len(payloads),
+                partition_id=0,
+            )
+            assert [bytes(view) for view in polled.payloads()] == payloads
+            assert [m.offset for m in polled.messages] == list(range(len(payloads)))
+            assert list(client._connections.values()) == [connection]  # never redialled
+
+    run_trio(body)
+
+
 def test_trio_client_retries_a_read_whose_reply_never_came(fake: FakeCluster) -> None:
     async def body() -> None:
         async with AsyncClient.from_connection_string(url(fake)) as client:
