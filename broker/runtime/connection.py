@@ -55,7 +55,10 @@ rest of one the socket cannot take waits for it, within ``frame_read_timeout_s``
 decoder shows the reader each header (``admit``): a frame that is small enough and fits
 the budget goes on at once; any other is held at its header while the reader decides,
 waiting if it must. The node-wide state (the per-address table and
-the byte budget) is one ``ConnectionGuard`` per node (``connection_guard``).
+the byte budget) is one ``ConnectionGuard`` per node (``connection_guard``). Once logged
+in, a plain TCP connection first takes what its socket already holds without waiting
+(``READS_NOWAIT_MAX`` in a row at most): no read timer and no trio checkpoint for bytes
+that are there, such as the rest of a large frame; only a read that must wait is timed.
 """
 
 from __future__ import annotations
@@ -103,6 +106,10 @@ RECEIVE_BYTES_MAX: Final = 256 * 1024
 UNAUTHENTICATED_RECEIVE_BYTES_MAX: Final = 16 * 1024
 """Bytes asked of the socket per read before login: what a connection that has not logged
 in may hold beyond its admitted frames (the rest of a read, while a frame waits)."""
+READS_NOWAIT_MAX: Final = 4
+"""Reads in a row taken from the socket without waiting (no cancel scope, no trio
+checkpoint) before one goes through trio, which yields to the other tasks: passing a frame
+to the handler is a checkpoint too, so this bounds only the reads of one large frame."""
 IOVECS_MAX: Final = 512
 """Buffers handed to one ``sendmsg`` (below the kernel's IOV_MAX of 1024)."""
 _LINK_ERRORS: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
@@ -349,22 +356,34 @@ class Connection:
         limits = self._limits
         decoder = FrameDecoder(limits.frame_size_bytes_max, admit=self._admit_header)
         counters = self._node.counters
+        stream = self._stream
+        fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else None
+        reads_nowait = 0
         async with out:
             while True:
-                data: bytes | bytearray = b""
-                with trio.CancelScope() as timer:
-                    self._read_timer = timer
-                    self._arm_read_timer()
-                    if self.has_logged_in():
-                        want = RECEIVE_BYTES_MAX
-                    else:
-                        want = UNAUTHENTICATED_RECEIVE_BYTES_MAX
+                data: bytes | bytearray | None = None
+                if fd is not None and reads_nowait < READS_NOWAIT_MAX and self._may_read_nowait():
                     try:
-                        data = await self._stream.receive_some(want)
-                    except _LINK_ERRORS:
+                        data = _read_nowait(fd)
+                    except OSError:
                         return  # reset by the client: the same as a close
-                self._read_timer = None
-                if timer.cancelled_caught:
+                if data is not None:
+                    reads_nowait += 1
+                else:
+                    reads_nowait = 0
+                    with trio.CancelScope() as timer:
+                        self._read_timer = timer
+                        self._arm_read_timer()
+                        if self.has_logged_in():
+                            want = RECEIVE_BYTES_MAX
+                        else:
+                            want = UNAUTHENTICATED_RECEIVE_BYTES_MAX
+                        try:
+                            data = await stream.receive_some(want)
+                        except _LINK_ERRORS:
+                            return  # reset by the client: the same as a close
+                    self._read_timer = None
+                if data is None:
                     if self._login_overdue():
                         # Stop reading; a login among the requests already read still counts.
                         await self._wait_drained()
@@ -406,6 +425,8 @@ class Connection:
                 if failure is not None:
                     await out.send(_Malformed(failure))
                     return
+                if completed:
+                    reads_nowait = 0  # passing a frame was a checkpoint
                 if decoder.pending_bytes == 0:
                     self._frame_started = None
                 elif self._frame_started is None or completed:
@@ -483,6 +504,17 @@ class Connection:
         while self._in_flight:
             self._drained = trio.Event()
             await self._drained.wait()
+
+    def _may_read_nowait(self) -> bool:
+        """Whether the next read may skip the read timer: the connection logged in (the
+        login deadline is checked by the timed reads alone) and the frame in progress,
+        if any, is still within ``frame_read_timeout_s`` of its first byte."""
+        started = self._frame_started
+        if started is not None and (
+            trio.current_time() >= started + self._limits.frame_read_timeout_s
+        ):
+            return False  # the timed read finds its deadline passed and times out
+        return self.has_logged_in()
 
     def _login_overdue(self) -> bool:
         return not self.has_logged_in() and trio.current_time() >= self._login_deadline
@@ -602,6 +634,19 @@ class Connection:
             if not sent:
                 return pending
         return pending
+
+
+def _read_nowait(fd: int) -> bytes | None:
+    """What the socket holds now, up to ``RECEIVE_BYTES_MAX`` bytes (empty once the client
+    closed its side), or None when it holds nothing yet.
+
+    Raises:
+        OSError: the connection is broken.
+    """
+    try:
+        return os.read(fd, RECEIVE_BYTES_MAX)
+    except BlockingIOError:
+        return None
 
 
 def _after(pending: list[memoryview], sent: int) -> list[memoryview]:

@@ -772,7 +772,12 @@ class GroupHost:
         assert replica is not None
         next_event: Event | None = event
         while next_event is not None:
+            applied = replica.commit_min
             actions = replica.step(next_event)
+            if not actions and isinstance(next_event, Ticked) and replica.commit_min == applied:
+                # A tick that asks for nothing and applied nothing (most of a busy group's
+                # ticks) leaves no storage work, and nothing ``_retain`` reads changed.
+                break
             next_event = await self._execute(actions)
         self._after_step()
 

@@ -40,6 +40,7 @@ from broker.state.metadata_machine import MetadataMachine, PartitionStats
 from broker.state.options import topic_options
 from broker.state.partition import ConsumerKey, ConsumerKind
 from broker.state.partition_machine import (
+    SEND_REPLY,
     STORE_USER,
     PartitionMachine,
     purge_body,
@@ -640,3 +641,18 @@ def test_passwords_are_bounded_in_utf8_bytes() -> None:
     check_password("\u20ac" * 33)  # 99 bytes
     with pytest.raises(StateError):
         check_password("\u20ac" * 34)  # 34 characters, 102 bytes
+
+
+@settings(max_examples=200)
+@given(
+    st.integers(0, 0xFFFF_FFFF),
+    st.integers(0, 0xFFFF_FFFF),
+    st.integers(0, 0xFFFF_FFFF),
+    st.integers(0, 0xFFFF_FFFF_FFFF_FFFF),
+)
+def test_send_reply_packed_at_once_is_the_wire_encoding(
+    stream_id: int, topic_id: int, partition_id: int, base_offset: int
+) -> None:
+    confirmation = wire.SendConfirmation(stream_id, topic_id, partition_id, base_offset)
+    expected = wire.SendMessagesReply((confirmation,)).encode()
+    assert SEND_REPLY.pack(1, stream_id, topic_id, partition_id, base_offset) == expected

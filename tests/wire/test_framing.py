@@ -25,6 +25,7 @@ from sdk.wire import (
     IggyErrorCode,
     Operation,
     ProtocolError,
+    ReplyHeader,
     RequestHeader,
     build_eviction_frame,
     build_reply_frame,
@@ -239,6 +240,59 @@ def test_reply_frame_echoes_the_request() -> None:
     assert header.request_checksum == request.request_checksum
     assert (header.op, header.commit, header.replica, header.status) == (12, 12, 2, 0)
     assert bytes(reply.body) == b"\x00" * 4
+
+
+@SETTINGS
+@given(
+    st.sampled_from(sorted(COMMANDS)),
+    U128.filter(bool),
+    U64,
+    U64,
+    U64,
+    st.integers(0, 0xFFFF_FFFF),
+    st.integers(0, 0xFFFF_FFFF),
+    st.integers(0, 0xFF),
+    st.binary(max_size=64),
+)
+def test_reply_frame_header_is_the_reply_header_encoding(
+    code: CommandCode,
+    client: int,
+    request_number: int,
+    timestamp: int,
+    op: int,
+    status: int,
+    view: int,
+    replica: int,
+    body: bytes,
+) -> None:
+    """The reply header packed at once holds exactly the fields a ``ReplyHeader`` built
+    from the request would."""
+    request = RequestHeader.unpack_from(
+        build_request_frame(
+            code, b"body", client=client, session=1, request=request_number, timestamp=timestamp
+        )
+    )
+    body = b"" if status else body
+    frame = build_reply_frame(
+        request, body, status=status, op=op, commit=op, view=view, replica=replica
+    )
+    expected = ReplyHeader(
+        size=HEADER_SIZE + len(body),
+        client=request.client,
+        request=request.request,
+        operation=request.operation,
+        status=status,
+        op=op,
+        commit=op,
+        timestamp=request.timestamp,
+        request_checksum=request.request_checksum,
+        view=view,
+        replica=replica,
+    ).pack()
+    assert bytes(frame) == expected + body
+    parts = build_reply_frame_parts(request, [body], op=op, commit=op, view=view, replica=replica)
+    if not status:
+        assert bytes(parts[0]) == expected
 
 
 def test_reply_frame_parts_concatenate_to_the_same_frame() -> None:
