@@ -16,8 +16,12 @@ Invariants:
    at most ``OUTGOING_BYTES_MAX`` (more is dropped: VSR retransmits, and a forwarded
    request times out into a transient error); reconnects back off up to
    ``RECONNECT_BACKOFF_MAX_S``.
-4. Sends are batched: a peer's writer task takes everything queued since its last write
-   and hands it to the kernel in one gathered ``sendmsg``.
+4. Sends are gathered and in order: a frame queued while the peer's writer task holds no
+   unsent bytes is written at once, without waiting, in one gathered write of everything
+   queued (the kernel usually takes a whole prepare); what the kernel does not take yet
+   is left queued for the writer task, which hands everything queued since its last
+   write to the kernel in one gathered ``sendmsg``. A frame is never written past bytes
+   queued before it.
 5. A forwarded request is answered exactly once: by the primary's outcome, or, if the
    connection to the primary drops first, with ``TransientNotCommitted`` (its fate is
    unknown).
@@ -104,6 +108,15 @@ OUTGOING_BYTES_MAX: Final = 256 * 1024 * 1024
 RECONNECT_BACKOFF_MIN_S: Final = 0.05
 RECONNECT_BACKOFF_MAX_S: Final = 2.0
 RECEIVE_BYTES_MAX: Final = 1 << 20
+SOCKET_BUFFER_BYTES: Final = 4 * 1024 * 1024
+"""A link's kernel send and receive buffers, each (the kernel caps them at its
+``wmem_max``/``rmem_max``)."""
+LARGE_BUFFER_KEPT_BYTES_MAX: Final = 8 * 1024 * 1024
+"""A link keeps its buffer for large frames between frames up to this size; a larger
+one, needed for a rare huge prepare, is given back after it."""
+FRAMES_PER_TURN_MAX: Final = 64
+"""Frames a link's reader dispatches before it lets other tasks run (it reads without
+waiting while bytes are there, so a busy link must give way now and then)."""
 READ_AHEAD_BYTES: Final = 64 * 1024
 """A link's read-ahead buffer: control messages are read many per call into it; a larger
 frame goes to its own buffer."""
@@ -245,9 +258,12 @@ class Peer:
     index: int
     address: str
     stream: BusStream | None = None
-    outgoing: deque[bytes] = field(default_factory=deque)
+    outgoing: deque[bytes | bytearray | memoryview] = field(default_factory=deque)
     outgoing_bytes: int = 0
     wake: trio.Event = field(default_factory=trio.Event)
+    #: The writer task holds bytes taken from ``outgoing`` and not all sent yet: nothing
+    #: may be written past them (invariant 4).
+    writing: bool = False
     read_indexes: dict[int, ReadIndexAsk] = field(default_factory=dict)
     connected: trio.Event = field(default_factory=trio.Event)
     bytes_sent: int = 0
@@ -424,7 +440,9 @@ class ReplicaBus:
         peer.outgoing.append(_FRAME.pack(size, kind))
         peer.outgoing.extend(parts)
         peer.outgoing_bytes += _FRAME.size + size
-        peer.wake.set()
+        stream = peer.stream
+        if peer.writing or not isinstance(stream, trio.SocketStream) or _write_nowait(peer, stream):
+            peer.wake.set()
         return True
 
     # -- tasks ------------------------------------------------------------------------------
@@ -592,9 +610,11 @@ class ReplicaBus:
             raise BusError(f"replica {peer.index} failed authentication")
 
     async def _serve_peer(self, peer: Peer, stream: BusStream) -> None:
+        _size_buffers(stream)
         peer.stream = stream
         peer.outgoing.clear()
         peer.outgoing_bytes = 0
+        peer.writing = False  # a writer of an older link holds none of this one's bytes
         peer.connected.set()
         log.info("bus link to replica %d is up", peer.index)
         try:
@@ -636,14 +656,19 @@ class ReplicaBus:
             pending = [memoryview(chunk) for chunk in peer.outgoing]
             peer.outgoing.clear()
             peer.outgoing_bytes = 0
-            while pending:
-                sent = await sock.sendmsg(pending[:IOVECS_MAX])
-                peer.bytes_sent += sent
-                while pending and sent >= pending[0].nbytes:
-                    sent -= pending[0].nbytes
-                    pending.pop(0)
-                if sent:
-                    pending[0] = pending[0][sent:]
+            peer.writing = True
+            try:
+                while pending:
+                    sent = await sock.sendmsg(pending[:IOVECS_MAX])
+                    peer.bytes_sent += sent
+                    while pending and sent >= pending[0].nbytes:
+                        sent -= pending[0].nbytes
+                        pending.pop(0)
+                    if sent:
+                        pending[0] = pending[0][sent:]
+            finally:
+                if peer.stream is stream:
+                    peer.writing = False
 
     async def _write_tls(self, peer: Peer, stream: trio.SSLStream[trio.SocketStream]) -> None:
         """As ``_write``, through TLS: everything queued goes in one ``send_all`` (TLS
@@ -660,12 +685,14 @@ class ReplicaBus:
 
     async def _read(self, peer: Peer, stream: BusStream) -> None:
         """Read frames into one reused read-ahead buffer; a frame larger than it (a
-        prepare) is read into its own buffer, the kernel writing straight into it, so a
-        prepare body is copied once on its way in (plus what arrived with the read that
-        brought its frame header)."""
+        prepare) is read into a second reused buffer, the kernel writing straight into
+        it. A frame is dispatched from where it was read: decoding copies out what it
+        keeps (a prepare's body once), so both buffers are free again once it returns."""
         ahead = bytearray(READ_AHEAD_BYTES)
         view = memoryview(ahead)
+        large = bytearray()  # reused for frames larger than the read-ahead
         start = end = 0
+        turn = 0  # frames dispatched since this task last gave way on purpose
         while True:
             if end - start >= _FRAME.size:
                 size, kind = _FRAME.unpack_from(ahead, start)
@@ -673,20 +700,30 @@ class ReplicaBus:
                     raise BusError(f"replica {peer.index} sent a {size}-byte frame")
                 body = start + _FRAME.size
                 if body + size <= end:
-                    payload = bytearray(view[body : body + size])
+                    payload = view[body : body + size]
                     start = body + size
                     self._dispatch(peer, kind, payload)
-                    await trio.lowlevel.checkpoint()
+                    turn += 1
+                    if turn >= FRAMES_PER_TURN_MAX:
+                        turn = 0
+                        await trio.lowlevel.checkpoint()
                     continue
                 if _FRAME.size + size > READ_AHEAD_BYTES:
-                    payload = bytearray(size)
+                    if len(large) < size:
+                        large = bytearray(size)
+                    payload = memoryview(large)[:size]
                     have = end - body
                     payload[:have] = view[body:end]
                     start = end = 0
-                    if not await _receive_into(stream, memoryview(payload)[have:]):
+                    if not await _receive_into(stream, payload[have:]):
                         return
                     self._dispatch(peer, kind, payload)
-                    await trio.lowlevel.checkpoint()
+                    if len(large) > LARGE_BUFFER_KEPT_BYTES_MAX:
+                        large = bytearray()
+                    turn += 1
+                    if turn >= FRAMES_PER_TURN_MAX:
+                        turn = 0
+                        await trio.lowlevel.checkpoint()
                     continue
             # Not a whole frame (or header) in hand: keep the partial one at the front and
             # read more after it.
@@ -701,7 +738,7 @@ class ReplicaBus:
 
     # -- inbound ----------------------------------------------------------------------------
 
-    def _dispatch(self, peer: Peer, kind: int, payload: bytearray) -> None:
+    def _dispatch(self, peer: Peer, kind: int, payload: memoryview) -> None:
         if kind == FrameKind.MESSAGE:
             try:
                 message = decode_message(payload)
@@ -731,7 +768,7 @@ class ReplicaBus:
         else:
             raise BusError(f"replica {peer.index} sent frame kind {kind}")
 
-    def _on_forward(self, peer: Peer, payload: bytearray) -> None:
+    def _on_forward(self, peer: Peer, payload: memoryview) -> None:
         if len(payload) < _FORWARD.size:
             raise BusError(f"replica {peer.index} sent a short forward")
         fields = _FORWARD.unpack_from(payload, 0)
@@ -815,7 +852,7 @@ class ReplicaBus:
             head = _FORWARD_REPLY.pack(token, _ReplyKind.SESSION_LOST, 0, 0, 0, code)
         self._enqueue(peer, FrameKind.FORWARD_REPLY, head + body)
 
-    def _on_forward_reply(self, peer: Peer, payload: bytearray) -> None:
+    def _on_forward_reply(self, peer: Peer, payload: memoryview) -> None:
         if len(payload) < _FORWARD_REPLY.size:
             raise BusError(f"replica {peer.index} sent a short forward reply")
         token, kind, op, commit, view, status = _FORWARD_REPLY.unpack_from(payload, 0)
@@ -829,7 +866,7 @@ class ReplicaBus:
             outcome = SessionLost(error)
         self._forwards.answered(peer.index, token, outcome)
 
-    def _on_read_index(self, peer: Peer, payload: bytearray) -> None:
+    def _on_read_index(self, peer: Peer, payload: memoryview) -> None:
         if len(payload) != _READ_INDEX.size:
             raise BusError(f"replica {peer.index} sent a bad read-index ask")
         token, group, view = _READ_INDEX.unpack(payload)
@@ -844,7 +881,7 @@ class ReplicaBus:
             answer = _READ_INDEX_REPLY.pack(token, _ANSWER_IN_VIEW if in_view else 0, 0)
         self._enqueue(peer, FrameKind.READ_INDEX_REPLY, answer)
 
-    def _on_read_index_reply(self, peer: Peer, payload: bytearray) -> None:
+    def _on_read_index_reply(self, peer: Peer, payload: memoryview) -> None:
         if len(payload) != _READ_INDEX_REPLY.size:
             raise BusError(f"replica {peer.index} sent a bad read-index answer")
         token, answer, commit = _READ_INDEX_REPLY.unpack(payload)
@@ -852,6 +889,42 @@ class ReplicaBus:
         if ask is not None:
             primary = answer == _ANSWER_PRIMARY
             ask.answer(peer.index, answer != 0, commit if primary else None)
+
+
+def _size_buffers(stream: BusStream) -> None:
+    """Give a link kernel buffers that hold a whole prepare or more (``SOCKET_BUFFER_BYTES``,
+    capped by the system's maximum): with the defaults a large prepare goes in pieces, each
+    a wait for the peer to read and a wakeup of the writer task."""
+    transport = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+    for option in (trio.socket.SO_SNDBUF, trio.socket.SO_RCVBUF):
+        try:
+            transport.setsockopt(trio.socket.SOL_SOCKET, option, SOCKET_BUFFER_BYTES)
+        except OSError as error:
+            log.debug("bus link buffer size not set: %s", error)
+
+
+def _write_nowait(peer: Peer, stream: trio.SocketStream) -> bool:
+    """Write what the kernel takes now of ``peer``'s queue, from its head, without waiting
+    (invariant 4); returns whether anything is left for the writer task (also when the
+    write failed: the writer task meets the error and ends the link)."""
+    outgoing = peer.outgoing
+    fd = stream.socket.fileno()  # -1 once closed: the write fails
+    while outgoing:
+        parts = [outgoing[i] for i in range(min(len(outgoing), IOVECS_MAX))]
+        try:
+            sent = os.writev(fd, parts)
+        except OSError:
+            return True
+        if not sent:
+            return True
+        peer.bytes_sent += sent
+        peer.outgoing_bytes -= sent
+        while outgoing and sent >= len(outgoing[0]):
+            sent -= len(outgoing.popleft())
+        if sent:
+            outgoing[0] = memoryview(outgoing[0])[sent:]
+            return True
+    return False
 
 
 def _address_of(stream: trio.SocketStream) -> str:
@@ -862,11 +935,23 @@ def _address_of(stream: trio.SocketStream) -> str:
     return f"{host}:{port}"
 
 
+async def _read_socket(stream: trio.SocketStream, view: memoryview) -> int:
+    """Read what has arrived into ``view``, waiting only if nothing has: unlike the
+    socket's ``recv_into``, a read that finds bytes does not give way to other tasks (a
+    link's reader gives way every ``FRAMES_PER_TURN_MAX`` frames and whenever it waits)."""
+    while True:
+        fd = stream.socket.fileno()  # -1 once closed: the read fails
+        try:
+            return os.readv(fd, [view])
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(fd)
+
+
 async def _receive_some_into(stream: BusStream, view: memoryview) -> int:
     """Read what has arrived (at least a byte, at most ``len(view)``) into ``view``; 0 if
     the peer closed."""
     if isinstance(stream, trio.SocketStream):
-        return await stream.socket.recv_into(view)
+        return await _read_socket(stream, view)
     data = await stream.receive_some(len(view))
     view[: len(data)] = data
     return len(data)
@@ -875,9 +960,8 @@ async def _receive_some_into(stream: BusStream, view: memoryview) -> int:
 async def _receive_into(stream: BusStream, view: memoryview) -> bool:
     """Fill ``view`` from ``stream``; False if the peer closed first."""
     if isinstance(stream, trio.SocketStream):
-        sock = stream.socket
         while view:
-            count = await sock.recv_into(view)
+            count = await _read_socket(stream, view)
             if not count:
                 return False
             view = view[count:]

@@ -415,6 +415,9 @@ class GroupHost:
         self._view_seen: tuple[int, Status] | None = None
         self._transfer_seen: int | None = None
         self._retained_start_seen = 0
+        self._floor_key: tuple[int, int | None, int] | None = None
+        """What ``retention_floor_op`` was last computed for (``_retain``)."""
+        self._floor = 0
 
     # -- posting (any task) -----------------------------------------------------------------
 
@@ -834,7 +837,19 @@ class GroupHost:
             # state transfer restarted the journal): the state's index does not reach them
             # yet, so its floor says nothing of what they hold.
             return
-        retired_below = machine.state.retention_floor_op()
+        # The floor is a function of the applied state and of the first offset the
+        # journal holds: computed again only when one of them moved, not after every
+        # step (most steps apply nothing).
+        state = machine.state
+        key = (
+            -1 if replica is None else replica.commit_min,
+            store.journal.offset_min,
+            state.retained_start,
+        )
+        if key != self._floor_key:
+            self._floor_key = key
+            self._floor = state.retention_floor_op()
+        retired_below = self._floor
         if machine.state.retained_start != self._retained_start_seen:
             # Once per purge or retention (not per op: a partition without messages would
             # seal a segment per consumer offset store).
