@@ -143,8 +143,9 @@ def test_frames_larger_than_the_socket_buffers_go_and_come_whole(fake: FakeClust
             await client.create_stream("big")
             await client.create_topic("big", "events", 1)
             (connection,) = client._connections.values()
-            connection.socket_stream.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
-            connection.socket_stream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+            assert connection.sock is not None
+            connection.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
+            connection.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
             await client.send_messages("big", "events", payloads, 0)
             polled = await client.poll_messages(
                 "big",
