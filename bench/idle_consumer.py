@@ -17,12 +17,15 @@ Run: ``python -m bench.idle_consumer`` (``--help`` lists the options;
    round trip to the commit included). Prints p50, p90, p99 and max.
 
 It also prints the machine's load (``/proc/loadavg``) before and after: the figures are
-noisy on a shared machine. A measurement tool, not a test: it asserts nothing about speed.
+noisy on a shared machine. ``--json PATH`` also writes the figures (the performance page,
+``python -m bench.load.perfpage``, runs this and reads them). A measurement tool, not a
+test: it asserts nothing about speed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import queue
 import statistics
@@ -76,7 +79,12 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[index]
 
 
-def run(seconds: float, sends: int, spacing_s: float, settle_s: float, *, long_poll: bool) -> None:
+def run(
+    seconds: float, sends: int, spacing_s: float, settle_s: float, *, long_poll: bool
+) -> dict[str, float]:
+    """Measure as the module says; return the figures (shares in percent of a core,
+    latencies in milliseconds)."""
+    figures: dict[str, float] = {}
     print(f"load before: {_loadavg()}  (cores: {os.cpu_count()})")
     with tempfile.TemporaryDirectory(prefix="viewstream-idle-consumer-") as scratch:
         folder = Path(scratch)
@@ -120,6 +128,10 @@ def run(seconds: float, sends: int, spacing_s: float, settle_s: float, *, long_p
             print(f"  node     {node_share * 100:6.2f} % of a core")
             print(f"  consumer {consumer_share * 100:6.2f} % of a core")
             print(f"  together {(node_share + consumer_share) * 100:6.2f} % of a core")
+            figures["idle_seconds"] = wall
+            figures["node_percent"] = node_share * 100
+            figures["consumer_percent"] = consumer_share * 100
+            figures["together_percent"] = (node_share + consumer_share) * 100
 
             latencies_ms: list[float] = []
             with _pinned_client(address) as producer:
@@ -142,12 +154,17 @@ def run(seconds: float, sends: int, spacing_s: float, settle_s: float, *, long_p
                 f"p99 {_percentile(latencies_ms, 0.99):.2f} ms  "
                 f"max {max(latencies_ms):.2f} ms"
             )
+            figures["sends"] = float(sends)
+            figures["p50_ms"] = statistics.median(latencies_ms)
+            figures["p99_ms"] = _percentile(latencies_ms, 0.99)
+            figures["max_ms"] = max(latencies_ms)
         finally:
             for process in (consumer, node):
                 if process is not None:
                     process.kill()
                     process.wait(timeout=30)
     print(f"load after:  {_loadavg()}")
+    return figures
 
 
 def main() -> None:
@@ -159,11 +176,16 @@ def main() -> None:
     parser.add_argument("--spacing", type=float, default=0.1, help="seconds between sends")
     parser.add_argument("--no-long-poll", action="store_true", help="the consumer backs off")
     parser.add_argument("--address", help="consume: the node")
+    parser.add_argument("--json", type=Path, default=None, help="run: also write the figures here")
     args = parser.parse_args()
     if args.mode == "consume":
         consume(args.address, long_poll=not args.no_long_poll)
         return
-    run(args.seconds, args.sends, args.spacing, args.settle, long_poll=not args.no_long_poll)
+    figures = run(
+        args.seconds, args.sends, args.spacing, args.settle, long_poll=not args.no_long_poll
+    )
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

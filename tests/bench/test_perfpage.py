@@ -55,11 +55,30 @@ def test_targets_without_figures_say_not_measured() -> None:
     assert any("backup_read_bench.py is not in this tree" in row[1] for row in cpu_targets(m))
 
 
+BACKUP_READ: str = "a poll on a backup right after an acknowledged send returns it: p99 < 10 ms"
+IDLE_CPU: str = "an idle consumer of our SDK and its node, together, over 60 s of an idle topic"
+IDLE_DELIVERY: str = "a message sent to that waiting consumer is delivered: p99"
+
+
 def test_a_measured_backup_read_p99_is_a_target_row() -> None:
-    rows = cpu_targets(Measured(backup_read={"p99_ms": 4.2}))
-    assert rows[-1][1:] == ("4.20 ms", "< 10 ms", "yes")
-    rows = cpu_targets(Measured(backup_read={"p99_ms": 12.0}))
-    assert rows[-1][3] == "**no**"
+    rows = _targets(Measured(backup_read={"p99_ms": 4.2}))
+    assert rows[BACKUP_READ] == ("4.20 ms", "< 10 ms", "yes")
+    rows = _targets(Measured(backup_read={"p99_ms": 12.0}))
+    assert rows[BACKUP_READ][2] == "**no**"
+
+
+def test_the_idle_consumer_figures_are_two_target_rows() -> None:
+    figures = {"node_percent": 0.3, "consumer_percent": 0.2, "together_percent": 0.5}
+    rows = _targets(Measured(idle_consumer={**figures, "p50_ms": 2.0, "p99_ms": 3.5}))
+    cpu = "0.50% of a core (node 0.30%, consumer 0.20%)"
+    assert rows[IDLE_CPU] == (cpu, "< 1% of a core", "yes")
+    assert rows[IDLE_DELIVERY] == ("3.50 ms (p50 2.00 ms)", "≤ 5 ms", "yes")
+    figures["together_percent"] = 1.5
+    rows = _targets(Measured(idle_consumer={**figures, "p50_ms": 2.0, "p99_ms": 5.5}))
+    assert rows[IDLE_CPU][2] == rows[IDLE_DELIVERY][2] == "**no**"
+    rows = _targets(Measured(idle_consumer={"why": "bench.idle_consumer failed (exit 1)"}))
+    assert rows[IDLE_CPU][0] == "not measured: bench.idle_consumer failed (exit 1)"
+    assert rows[IDLE_DELIVERY][2] == "n/a"
 
 
 def test_the_page_shows_the_budget_table_and_the_saturated_client() -> None:
