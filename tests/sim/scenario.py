@@ -36,14 +36,28 @@ METADATA_GROUP: Final = 0
 
 
 def three_nodes(
-    *, partitions: int | None = None, repair_ops_max: int | None = None, quiet: bool = False
+    *,
+    partitions: int | None = None,
+    repair_ops_max: int | None = None,
+    pipeline_prepares_max: int | None = None,
+    quiet: bool = False,
+    replica_class: type[Replica] = Replica,
 ) -> World:
     """Three nodes, no faults, and no connection closes or logouts of the clients' own:
-    the scenario makes them. ``partitions`` and ``repair_ops_max`` override the seed's;
+    the scenario makes them. ``partitions``, ``repair_ops_max`` and
+    ``pipeline_prepares_max`` override the seed's;
     ``quiet``: the operator only, which sets up the workload's stream, topic and group and
     then stops, so the groups are idle but for the scenario's own requests (a backup then
-    learns a commit only from the primary's next commit heartbeat)."""
-    return nodes_world(3, partitions=partitions, repair_ops_max=repair_ops_max, quiet=quiet)
+    learns a commit only from the primary's next commit heartbeat); ``replica_class``: the
+    replica every group runs (a planted bug's, to show the scenario catches it)."""
+    return nodes_world(
+        3,
+        partitions=partitions,
+        repair_ops_max=repair_ops_max,
+        pipeline_prepares_max=pipeline_prepares_max,
+        quiet=quiet,
+        replica_class=replica_class,
+    )
 
 
 def nodes_world(
@@ -51,7 +65,9 @@ def nodes_world(
     *,
     partitions: int | None = None,
     repair_ops_max: int | None = None,
+    pipeline_prepares_max: int | None = None,
     quiet: bool = False,
+    replica_class: type[Replica] = Replica,
 ) -> World:
     """``three_nodes`` with ``nodes`` nodes (the first fault-free seed of that size)."""
     seed = next(s for s in range(100) if Options.from_seed(s, faults=False).node_count == nodes)
@@ -67,7 +83,10 @@ def nodes_world(
     if repair_ops_max is not None:
         replica = dataclasses.replace(options.replica, repair_ops_max=repair_ops_max)
         options = dataclasses.replace(options, replica=replica)
-    return World(options)
+    if pipeline_prepares_max is not None:
+        replica = dataclasses.replace(options.replica, pipeline_prepares_max=pipeline_prepares_max)
+        options = dataclasses.replace(options, replica=replica)
+    return World(options, replica_class)
 
 
 def run_until(world: World, done: Callable[[], bool], ticks_max: int = TICKS_MAX) -> int:
