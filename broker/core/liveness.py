@@ -31,15 +31,18 @@ Invariants:
    interval past the last frame it received; only a stale connection whose session is a
    group member is evicted (Iggy evicts only those: a stale one holding nothing is left
    to the idle timeout, and looked at again one stale window later, so a pass costs
-   only the connections due, as Iggy's verifier looks once an interval).
+   only the connections due, as Iggy's verifier looks once an interval). An eviction
+   ends the session the connection is bound to, once: a connection that registered it
+   forgets it, so its close does not end it again (:func:`stale_members`).
 5. Pure: time, the metadata and the stored offsets arrive as arguments.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sized
 from typing import Final, Generic, TypeVar
 
+from broker.core.connections import ConnectionContext
 from broker.state.metadata import ExpireRevocations, RevocationDrained, RevocationInfo
 
 SERVED_MARKS_MAX: Final = 65_536
@@ -210,3 +213,32 @@ class Heartbeats(Generic[Key]):
                 # connection that joins a group meanwhile goes within 2.4 intervals.
                 self._heard[key] = now_us
         return evict
+
+
+def stale_members(
+    heartbeats: Heartbeats[Key],
+    now_us: int,
+    context_of: Callable[[Key], ConnectionContext],
+    memberships: Callable[[int], Sized],
+) -> list[tuple[Key, int]]:
+    """The connections to evict now, each with the session its eviction ends (invariant 4).
+
+    A connection is a member as Iggy judges it: by the session it logged in to
+    (``bound_session``), so one that only acts for another session (attached) is not.
+    ``memberships`` gives a session's consumer-group memberships (in the metadata the node
+    applied). A connection that registered the session it is evicted for forgets it here,
+    so closing it afterwards does not end the session a second time.
+    """
+
+    def is_member(key: Key) -> bool:
+        session = context_of(key).bound_session
+        return bool(session and memberships(session))
+
+    evicted: list[tuple[Key, int]] = []
+    for key in heartbeats.stale(now_us, is_member):
+        context = context_of(key)
+        session = context.bound_session
+        if context.registered_session == session:
+            context.registered_session = 0
+        evicted.append((key, session))
+    return evicted

@@ -107,7 +107,7 @@ from broker.core.handlers import (
     login_user,
 )
 from broker.core.handlers import Group as CoreGroup
-from broker.core.liveness import Heartbeats, Revocations, ServedPolls
+from broker.core.liveness import Heartbeats, Revocations, ServedPolls, stale_members
 from broker.core.logins import LoginThrottle
 from broker.core.long_polls import LongPolls, Refusal, Woken
 from broker.core.maintenance import (
@@ -869,26 +869,15 @@ class Node:
         machine = self.metadata.metadata
         if machine is None or not self.config.heartbeat.enabled:
             return
-        state = machine.state
-
-        def is_member(connection: Connection) -> bool:
-            # The session the connection logged in to, as Iggy judges it: a connection
-            # that only acts for another session (attached, clusters) is not a member.
-            session = connection.context.bound_session
-            return bool(session and state.memberships(session))
-
         assert self._nursery is not None
-        for connection in self._heartbeats.stale(now_us(), is_member):
-            context = connection.context
-            session = context.bound_session
+        stale = stale_members(self._heartbeats, now_us(), _context_of, machine.state.memberships)
+        for connection, session in stale:
             log.warning(
                 "evicting stale client %s (session %d): nothing heard for %.1f heartbeat intervals",
-                context.address,
+                connection.context.address,
                 session,
                 6 / 5,
             )
-            if context.registered_session == session:
-                context.registered_session = 0  # ended here, not again when it closes
             connection.evict(EvictionReason.STALE_CLIENT)
             self._nursery.start_soon(self.system.run, self.metadata, EndSession(session))
 
@@ -1685,6 +1674,10 @@ def _plain(counters: NodeCounters) -> dict[str, Any]:
     from dataclasses import asdict
 
     return asdict(counters)
+
+
+def _context_of(connection: Connection) -> ConnectionContext:
+    return connection.context
 
 
 def _dir_of(ref: PartitionRef) -> str:

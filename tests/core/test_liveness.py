@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from broker.core.connections import ConnectionContext
 from broker.core.liveness import (
     SERVED_MARKS_MAX,
     Heartbeats,
     Revocations,
     ServedPolls,
+    stale_members,
 )
 from broker.state.metadata import ExpireRevocations, RevocationDrained, RevocationInfo
 
@@ -104,3 +106,33 @@ def test_a_silent_group_member_goes_stale_after_six_fifths_of_the_interval() -> 
     heartbeats.closed("idle")
     assert heartbeats.stale(2_300_001, is_member) == ["pinging"]
     assert len(heartbeats) == 0
+
+
+def test_an_eviction_ends_the_bound_session_once_and_spares_attached_connections() -> None:
+    """A stale member connection is evicted with the session it logged in to; the one
+    that registered it forgets it (its close must not end it again), one that joined it
+    leaves the registering connection's record alone, and a connection that only acts
+    for a member session (attached) is no member itself."""
+    registering = ConnectionContext("a", 1)
+    registering.registered_session = registering.bound_session = 10
+    joined = ConnectionContext("b", 2)
+    joined.bound_session = 20
+    joined.registered_session = 0
+    attached = ConnectionContext("c", 3)
+    attached.bound_session = 30  # not a member itself
+    attached.attached_session = 10  # acts for a member session
+    contexts = {"a": registering, "b": joined, "c": attached}
+    heartbeats: Heartbeats[str] = Heartbeats(1_000_000)
+    for key in contexts:
+        heartbeats.heard(key, 0)
+    groups = {10: ((1, 1, 1),), 20: ((1, 1, 1),)}
+
+    evicted = stale_members(
+        heartbeats, 1_200_001, contexts.__getitem__, lambda s: groups.get(s, ())
+    )
+
+    assert evicted == [("a", 10), ("b", 20)]
+    assert registering.registered_session == 0
+    assert joined.registered_session == 0 and joined.bound_session == 20
+    assert attached.bound_session == 30
+    assert stale_members(heartbeats, 1_300_000, contexts.__getitem__, lambda s: ()) == []
