@@ -161,6 +161,7 @@ def _run_swarm(seeds: range, *, faults: bool, plant: str | None, strict: bool) -
         "logins",
         "logouts",
         "sessions_closed",
+        "stale_evictions",
         "forwarded_writes",
         "backup_polls",
         "long_polls",

@@ -90,7 +90,7 @@ from broker.core.handlers import (
 )
 from broker.core.handlers import Group as CoreGroup
 from broker.core.identity import internal_checksum
-from broker.core.liveness import Revocations, ServedPolls
+from broker.core.liveness import Heartbeats, Revocations, ServedPolls, stale_members
 from broker.core.long_polls import LongPolls, Refusal, Woken
 from broker.core.maintenance import PurgesDue, PurgeView, RetentionsDue, RetentionView
 from broker.core.reads import READ_WAIT_US, ReadIndexRound, read_index_answer, readable
@@ -398,6 +398,11 @@ class Node:
         #: in flight (``broker.core.liveness``): gone with the process, as the runtime's.
         self._served = ServedPolls()
         self._revocations = self._revocations_due()
+        #: When each client's connection last sent a frame, if heartbeats are on: gone
+        #: with the process, as the runtime's.
+        self._heartbeats = self._heartbeats_due()
+        #: Connections this node evicted as stale group members (every incarnation).
+        self.stale_evictions = 0
         #: When the node's own partition requests are due (``broker.core.maintenance``),
         #: as the runtime's maintenance pass keeps them: new with every process.
         self._purges = PurgesDue()
@@ -446,6 +451,10 @@ class Node:
 
     def _revocations_due(self) -> Revocations:
         return Revocations(self.index, self.options.node_count, REBALANCING_TIMEOUT_US)
+
+    def _heartbeats_due(self) -> Heartbeats[int] | None:
+        interval = self.options.heartbeat_interval_ticks
+        return None if interval is None else Heartbeats(interval * TICK_US)
 
     def _system_client(self) -> SystemQueue:
         prng = stream(self.options.seed, f"system.{self.index}.{self.incarnation}")
@@ -551,6 +560,7 @@ class Node:
         self.system = self._system_client()
         self._served = ServedPolls()
         self._revocations = self._revocations_due()
+        self._heartbeats = self._heartbeats_due()
         self._purges = PurgesDue()
         self._retentions = RetentionsDue(self.options.workload.retention_interval_ticks * TICK_US)
         self._prng = stream(self.options.seed, f"node.{self.index}.{self.incarnation}")
@@ -729,6 +739,7 @@ class Node:
         self._resume_ready()
         self._move_revoked()
         self._maintain(tick)
+        self._evict_stale(tick)
         self._run_system(tick)
         if not self.options.lazy_ticks:
             for host in self._hosts():
@@ -957,6 +968,8 @@ class Node:
             return
         frame = wire.decode_frame(request.frame())
         context = self._connection(request.client_id)
+        if self._heartbeats is not None:
+            self._heartbeats.heard(request.client_id, tick * TICK_US)
         # As the runtime's connection: a long poll waiting for it answers first.
         self._wake_long_polls(self.long_polls.connection_busy(id(context)))
         self._resume_ready()
@@ -1322,6 +1335,8 @@ class Node:
         context = self.connections.pop(client_id, None)
         if context is None:
             return  # never opened by this process
+        if self._heartbeats is not None:
+            self._heartbeats.closed(client_id)
         self._wake_long_polls(self.long_polls.connection_busy(id(context)))
         self.connections_closed += 1
         session = session_to_end(context, self.metadata_state().session)
@@ -1403,6 +1418,30 @@ class Node:
                 self._retentions.proposing(group)
                 self.retentions_proposed += 1
                 self.system.queue.append(PartitionCall(group, retain_body(offset), purge=False))
+
+    def heard_us(self, client_id: int) -> int | None:
+        """When this process last heard from the client's connection, in µs of the node's
+        clock; None: heartbeats are off, or no connection (or it went stale)."""
+        heartbeats = self._heartbeats
+        return None if heartbeats is None else heartbeats.last_heard(client_id)
+
+    def _evict_stale(self, tick: int) -> None:
+        """The runtime's heartbeat pass: close each consumer-group member's connection
+        that sent nothing for 6/5 of the heartbeat interval, and end its session through
+        the metadata group (``broker.core.liveness.stale_members``). The client learns
+        it as from a closed connection: its next request there is not logged in."""
+        heartbeats = self._heartbeats
+        machine = self.metadata_machine()
+        if heartbeats is None or machine is None:
+            return
+        stale = stale_members(
+            heartbeats, tick * TICK_US, self.connections.__getitem__, machine.state.memberships
+        )
+        for client_id, session in stale:
+            context = self.connections.pop(client_id)
+            self._wake_long_polls(self.long_polls.connection_busy(id(context)))
+            self.stale_evictions += 1
+            self.system.queue.append(EndSession(session))
 
     def _purge_view(self, group: int) -> PurgeView | None:
         host = self.groups.get(group)

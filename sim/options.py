@@ -156,6 +156,12 @@ class Options:
     disk: DiskOptions
     workload: WorkloadOptions
     replica: ReplicaConfig
+    #: The nodes' heartbeat interval (``[heartbeat] interval``) in ticks, None: heartbeats
+    #: off. A node evicts a consumer-group member's connection that sent nothing for 6/5
+    #: of it and ends its session (``broker.core.liveness``). The workload's clients send
+    #: no PING: they are clients without a heartbeat, so a member's connection to a node
+    #: it has no reason to talk to goes stale, as a paused or non-pinging client's would.
+    heartbeat_interval_ticks: int | None = None
     #: Step a replica on a tick only when a timeout with something to do is due (or
     #: before another event), passing the ticks before it in one ``Ticked(count)``, as
     #: the runtime does.
@@ -255,7 +261,9 @@ class Options:
             max_topic_size_bytes=prng.choice((None, None, 48 * 1024, 96 * 1024)),
             lifecycle_ops=prng.randint(0, 4),
         )
-        return dataclasses.replace(options, workload=lifecycle)
+        # Heartbeats, drawn after everything else for the same reason.
+        heartbeat = prng.choice((None, 150, 300, 600, 1_500))
+        return dataclasses.replace(options, workload=lifecycle, heartbeat_interval_ticks=heartbeat)
 
     def describe(self) -> list[str]:
         """One line per option group, for the run summary."""
@@ -263,7 +271,7 @@ class Options:
             f"nodes={self.node_count} partitions={self.partition_count} "
             f"durability={'persisted' if self.persisted else 'replicated'} "
             f"faults={'on' if self.faults_enabled else 'off'} "
-            f"ticks_fault={self.ticks_fault}",
+            f"ticks_fault={self.ticks_fault} heartbeat={self.heartbeat_interval_ticks}",
             f"network: {_fields(self.network)}",
             f"faults: {_fields(self.faults)}",
             f"disk: {_fields(self.disk)}",

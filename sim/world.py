@@ -449,6 +449,7 @@ class World:
             "logouts": checkers.metadata_model.logouts,
             "sessions_closed": checkers.metadata_model.sessions_closed,
             "connections_closed": sum(n.connections_closed for n in self.nodes),
+            "stale_evictions": sum(n.stale_evictions for n in self.nodes),
             "forwarded_writes": sum(n.forwarded_writes for n in self.nodes),
             "backup_polls": sum(n.backup_polls for n in self.nodes),
             "long_polls": sum(c.long_polls for c in self.clients),

@@ -195,6 +195,10 @@ class Heartbeats(Generic[Key]):
     def closed(self, key: Key) -> None:
         self._heard.pop(key, None)
 
+    def last_heard(self, key: Key) -> int | None:
+        """When ``key``'s connection last sent a frame (None: not tracked now)."""
+        return self._heard.get(key)
+
     def stale(self, now_us: int, is_member: Callable[[Key], bool]) -> list[Key]:
         """The connections to evict now: silent for longer than the stale window and
         acting for a consumer-group member. They are forgotten (evicted once)."""

@@ -40,12 +40,14 @@ def three_nodes(
     partitions: int | None = None,
     repair_ops_max: int | None = None,
     pipeline_prepares_max: int | None = None,
+    heartbeat_interval_ticks: int | None = None,
     quiet: bool = False,
     replica_class: type[Replica] = Replica,
 ) -> World:
     """Three nodes, no faults, and no connection closes or logouts of the clients' own:
     the scenario makes them. ``partitions``, ``repair_ops_max`` and
-    ``pipeline_prepares_max`` override the seed's;
+    ``pipeline_prepares_max`` override the seed's; the nodes' heartbeat is off unless
+    ``heartbeat_interval_ticks`` sets it;
     ``quiet``: the operator only, which sets up the workload's stream, topic and group and
     then stops, so the groups are idle but for the scenario's own requests (a backup then
     learns a commit only from the primary's next commit heartbeat); ``replica_class``: the
@@ -55,6 +57,7 @@ def three_nodes(
         partitions=partitions,
         repair_ops_max=repair_ops_max,
         pipeline_prepares_max=pipeline_prepares_max,
+        heartbeat_interval_ticks=heartbeat_interval_ticks,
         quiet=quiet,
         replica_class=replica_class,
     )
@@ -66,6 +69,7 @@ def nodes_world(
     partitions: int | None = None,
     repair_ops_max: int | None = None,
     pipeline_prepares_max: int | None = None,
+    heartbeat_interval_ticks: int | None = None,
     quiet: bool = False,
     replica_class: type[Replica] = Replica,
 ) -> World:
@@ -77,7 +81,9 @@ def nodes_world(
         workload = dataclasses.replace(
             workload, producers=0, consumers=0, topic_churns=0, streams_per_client_max=0
         )
-    options = dataclasses.replace(options, workload=workload)
+    options = dataclasses.replace(
+        options, workload=workload, heartbeat_interval_ticks=heartbeat_interval_ticks
+    )
     if partitions is not None:
         options = dataclasses.replace(options, partition_count=partitions)
     if repair_ops_max is not None:

@@ -19,7 +19,7 @@ from sdk import wire
 from sdk.wire.codes import CommandCode, IggyErrorCode
 from sim.client import Client, Role
 from sim.disk import SEGMENT_SIZE_BYTES
-from sim.node import STREAM_ID, TOPIC_ID
+from sim.node import STREAM_ID, TICK_US, TOPIC_ID
 from sim.world import World
 from tests.sim.scenario import (
     METADATA_GROUP,
@@ -282,3 +282,52 @@ def test_a_topics_own_segment_size_is_the_one_its_partitions_roll_at() -> None:
         assert len(journal.segments()) == 1
         workload_journal = each.disks[workload].journal
         assert workload_journal.config.segment_size_bytes_max == SEGMENT_SIZE_BYTES
+
+
+HEARTBEAT_TICKS = 200
+"""The nodes' heartbeat interval in the eviction scenario: stale after 240 silent ticks."""
+
+
+def test_a_group_members_silent_connection_is_evicted_and_its_session_ended() -> None:
+    """heartbeats: a consumer-group member that keeps talking to one node but is silent
+    on its connection to another is evicted there once 6/5 of the heartbeat interval
+    passed, and its session ends everywhere (its groups rebalance off it); a client in
+    no group, silent everywhere, keeps its session; the node it talks to evicts no one."""
+    world = three_nodes(partitions=1, quiet=True, heartbeat_interval_ticks=HEARTBEAT_TICKS)
+    run_until(world, lambda: workload_topic_everywhere(world))
+    talked_to = primary_of(world, METADATA_GROUP)
+    member, bystander = world.add_probe(), world.add_probe()
+    for probe in (member, bystander):
+        for node in range(len(world.nodes)):
+            login(world, probe, node)
+    group_ref = wire.GroupRef(
+        wire.Identifier.numeric(STREAM_ID),
+        wire.Identifier.numeric(TOPIC_ID),
+        wire.Identifier.numeric(0),
+    ).encode()
+    joined = call(world, member, talked_to, CommandCode.JOIN_CONSUMER_GROUP, group_ref)
+    assert joined.status == 0 and not joined.error, joined
+    session = member.session
+    run_until(world, lambda: _live_everywhere(world, session))
+    assert world.nodes[0].metadata_state().memberships(session)
+    silent = [n.index for n in world.nodes if n.index != talked_to]
+    heard = [world.nodes[n].heard_us(member.client_id) for n in silent]
+    assert all(us is not None for us in heard), heard
+    first_silent_tick = min(us for us in heard if us is not None) // TICK_US
+    evictions = [node.stale_evictions for node in world.nodes]
+
+    def ended_and_pinging() -> bool:
+        # The member pings the node it talks to now and then, well inside the interval.
+        if world.tick_now % (HEARTBEAT_TICKS // 4) == 0:
+            member.ask(talked_to, CommandCode.PING, b"")
+        return _ended_everywhere(world, session)
+
+    run_until(world, ended_and_pinging, ticks_max=4 * HEARTBEAT_TICKS)
+    # Not before the window passed since the member last spoke to a silent node.
+    assert world.tick_now > first_silent_tick + HEARTBEAT_TICKS * 6 // 5
+    evicted = [
+        node.stale_evictions - before for node, before in zip(world.nodes, evictions, strict=True)
+    ]
+    assert evicted[talked_to] == 0
+    assert sum(evicted) >= 1
+    assert _live_everywhere(world, bystander.session)
