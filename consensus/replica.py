@@ -265,7 +265,7 @@ class Replica:
         self._prng = prng
         self._actions: list[Action] = []
         # Whether a whole step ran since construction (a restart leaves actions and state
-        # for the first step to hand over; see ``_ticks_idle``).
+        # for the first step to hand over; see ``ticks_idle``).
         self._stepped = False
 
         self.client_table = ClientTable(
@@ -390,7 +390,7 @@ class Replica:
 
     def step(self, event: Event) -> list[Action]:
         """Feed one event; return the actions for the host, in the order to execute them."""
-        if isinstance(event, Ticked) and self._ticks_idle(event.count):
+        if isinstance(event, Ticked) and self.ticks_idle(event.count):
             # Only timeouts with nothing to do count down (and rearm): no state that
             # ``_advance`` reads moved, so it would find nothing to do.
             self._pass_idle_ticks(event.count)
@@ -605,12 +605,13 @@ class Replica:
             return True
         return self._repair_attempts != 0 or self._missing_op_min() is not None
 
-    def _ticks_idle(self, count: int) -> bool:
-        """Whether ``count`` ticks only count idle timeouts down: none of them reaches the
-        due timeout, the replica has taken a whole step since it was built (a restart's
-        actions wait for the first one), and no checkpoint waits for a step
-        (``_checkpoint_due``). A busy group's host pays the ticks owed before nearly every
-        event, so most of its tick steps are these; they skip the rest of ``step``."""
+    def ticks_idle(self, count: int) -> bool:
+        """Whether ``Ticked(count)`` would only count idle timeouts down: none of them
+        reaches the due timeout, the replica has taken a whole step since it was built (a
+        restart's actions wait for the first one), and no checkpoint waits for a step
+        (``_checkpoint_due``). Such a step returns no actions and changes nothing but the
+        countdowns and the PRNG. A busy group's host pays the ticks owed before nearly
+        every event, so most of its tick steps are these; they skip the rest of ``step``."""
         return self._stepped and not self._checkpoint_owed and count < self.ticks_until_due()
 
     def _on_ticks(self, count: int) -> None:
@@ -627,6 +628,11 @@ class Replica:
         arithmetic; the jittered ones draw from the PRNG at each rearm, so those are made
         one by one, by tick and then in ``_timeouts`` order, the order ticks draw them."""
         timeouts = self._timeouts()
+        if all(timeout.ticks_left > ticks for timeout in timeouts):
+            # Nothing fires, so nothing rearms or draws: a plain countdown (most calls).
+            for timeout in timeouts:
+                timeout.ticks_left -= ticks
+            return
         jittered = [timeout for timeout in timeouts if timeout.jitter]
         left = ticks
         while left:

@@ -142,7 +142,7 @@ def test_timeout_elapse_is_as_many_ticks(jitter: bool, ticks_left: int) -> None:
 class StepsEveryTickInFull(Replica):
     """A replica without the idle-tick shortcut: every tick runs the whole step."""
 
-    def _ticks_idle(self, count: int) -> bool:
+    def ticks_idle(self, count: int) -> bool:
         return False
 
 
