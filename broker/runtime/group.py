@@ -51,7 +51,10 @@ and a group asks it, each time it goes to sleep, to be woken on the tick its rep
 next timeout with something to do is due (``Replica.ticks_until_due``), or once
 ``TICKS_OWED_MAX`` are owed; the ticker wakes only the groups due on each tick. Whenever a
 group wakes, for that or anything else, it first pays every tick owed, in
-``Ticked(count)`` steps. An idle lone replica is thus stepped every ``TICKS_OWED_MAX``
+``Ticked(count)`` steps; a busy group pays one before nearly every event, and one that
+only counts idle timeouts down (``Replica.ticks_idle``) is stepped bare: nothing to
+execute, nothing for the bookkeeping after a step. An idle lone replica is thus stepped
+every ``TICKS_OWED_MAX``
 ticks, a heartbeating primary once per heartbeat, and a tick costs the node nothing for
 the groups not due on it (``docs/operations.md``, idle cost).
 After each step's actions it reports ``PrepareWritten`` for the last append (the write
@@ -768,6 +771,11 @@ class GroupHost:
         while ticks:
             count = min(ticks, replica.ticks_until_due())
             ticks -= count
+            if replica.ticks_idle(count):
+                # Only countdowns move: no actions, nothing applied, no role changed, so
+                # there is nothing to execute and nothing for ``_after_step`` to see.
+                replica.step(Ticked(count))
+                continue
             await self._step(Ticked(count))
 
     async def _step(self, event: Event) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -136,3 +137,53 @@ def test_timeout_elapse_is_as_many_ticks(jitter: bool, ticks_left: int) -> None:
         batch.elapse(ticks, batch_prng)
         assert batch.ticks_left == single.ticks_left, ticks
         assert batch_prng.getstate() == single_prng.getstate()
+
+
+class StepsEveryTickInFull(Replica):
+    """A replica without the idle-tick shortcut: every tick runs the whole step."""
+
+    def ticks_idle(self, count: int) -> bool:
+        return False
+
+
+def _traffic_of_randomized_run(replica_class: type[Replica], seed: int) -> list[object]:
+    """Everything a 3-replica group shows the outside in a run with requests, drops,
+    crashes and checkpoints, tick by tick: frames sent, replies, superblocks, checkpoints."""
+    from tests.consensus.harness import Cluster
+
+    config = replace(TEST_CONFIG, checkpoint_interval_ops=4)
+    cluster = Cluster(3, seed=seed, config=config, replica_class=replica_class)
+    rng = random.Random(seed)
+    seen: list[object] = []
+    request = 1
+    for _ in range(300):
+        cluster.drop_probability = rng.choice([0.0, 0.2])
+        roll = rng.random()
+        if roll < 0.4:
+            if cluster.committed(1, request):
+                request += 1
+            cluster.request(1, request, body=bytes([request % 256]))
+        elif roll < 0.43 and all(node.alive for node in cluster.nodes):
+            cluster.crash(rng.randrange(3))
+        elif roll < 0.50:
+            for node in cluster.nodes:
+                if not node.alive:
+                    cluster.restart(node.index)
+        seen.append([(e.source, e.target, e.frame) for e in cluster.network])
+        cluster.tick()
+        seen.append(
+            [
+                (n.index, n.alive, n.superblock, n.checkpoint, n.replica.commit_min)
+                for n in cluster.nodes
+            ]
+        )
+    seen.append(list(cluster.replies))
+    assert request > 5, "the run committed too little to mean anything"
+    return seen
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_idle_tick_shortcut_changes_nothing_a_full_step_would_show(seed: int) -> None:
+    assert _traffic_of_randomized_run(Replica, seed) == _traffic_of_randomized_run(
+        StepsEveryTickInFull, seed
+    )
