@@ -1,7 +1,7 @@
 """The partition's poll path in one process: what a poll costs the state machine.
 
 Run: ``python -m bench.poll_bench [--batches 3000] [--messages 10] [--size 100]
-[--poll-messages N] [--shift K] [--repeats 5]``.
+[--poll-messages N] [--shift K] [--repeats 5] [--segment-bytes B]``.
 
 Fills one partition group's storage on real files in a temporary directory
 (``GroupStore``, the partition state machine, the journal) with ``--batches`` batches of
@@ -95,13 +95,22 @@ def main() -> None:
     parser.add_argument("--poll-messages", type=int, default=0, help="default: --messages")
     parser.add_argument("--shift", type=int, default=0, help="polls start this far in a batch")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--segment-bytes",
+        type=int,
+        default=1 << 30,
+        help="the journal's segment roll size (default: the node's, 1 GiB)",
+    )
     args = parser.parse_args()
     batches, messages = args.batches, args.messages
     count = args.poll_messages or messages
     assert 0 <= args.shift < messages, "--shift must fall inside a batch"
     with tempfile.TemporaryDirectory() as folder:
         store = GroupStore(
-            Path(folder) / "group", no_sync=True, segment_size_bytes=1 << 20, partition=True
+            Path(folder) / "group",
+            no_sync=True,
+            segment_size_bytes=args.segment_bytes,
+            partition=True,
         )
         try:
             machine = PartitionMachine(0, 0, 0, store)

@@ -208,6 +208,18 @@ TOPIC_CACHE_ENTRIES_MAX: Final = 1024
 
 ASSIGNMENT_CACHE_ENTRIES_MAX: Final = 256
 """Most consumer groups whose assignment to this session is remembered."""
+POLL_PREFIXES_MAX: Final = 64
+"""Most poll targets (consumer, stream, topic, partition) whose encoded request prefix is
+remembered."""
+_POLL_TAIL: Final = struct.Struct(
+    "<"
+    "B"  # polling kind: u8
+    "Q"  # polling value: u64
+    "I"  # count: u32
+    "B"  # auto_commit: u8
+)
+"""The end of a POLL_MESSAGES body, after the partition flag (``PollMessages.encode``)."""
+assert _POLL_TAIL.size == 14
 ASSIGNMENT_RESYNC_S: Final = 1.0
 """How old a consumer group's cached assignment may get before a group poll syncs it
 again (SYNC_CONSUMER_GROUP): a member learns of partitions a rebalance gave it within
@@ -502,6 +514,7 @@ class ClientCore:
         self._assignments: OrderedDict[tuple[object, object, object], list[int]] = OrderedDict()
         self._assignment_next: dict[tuple[object, object, object], int] = {}
         self._assignment_synced_at: dict[tuple[object, object, object], float] = {}
+        self._poll_prefixes: OrderedDict[tuple[object, ...], bytes] = OrderedDict()
 
     def fork(self, rng: random.Random) -> ClientCore:
         """Another core with the same settings, credentials and roster, and its own
@@ -1539,11 +1552,40 @@ class ClientCore:
         route: RouteKey | None = None
         if partition_id is not None:
             route = PartitionGroup(stream_id.value, topic_id.value, partition_id)
-        request = PollMessages(
-            consumer.wire(), stream_id, topic_id, partition_id, strategy, count, auto_commit
+        body = self._poll_body(
+            consumer, stream_id, topic_id, partition_id, strategy, count, auto_commit
         )
-        payload = yield from self._request(CommandCode.POLL_MESSAGES, request, route)
-        return _polled(_expect(payload, PollMessagesReply))
+        answer = yield from self._call(
+            CommandCode.POLL_MESSAGES, _BodyTemplate(CommandCode.POLL_MESSAGES, body), route
+        )
+        return _polled(_expect(answer.payload, PollMessagesReply))
+
+    def _poll_body(
+        self,
+        consumer: ConsumerRef,
+        stream_id: Identifier,
+        topic_id: Identifier,
+        partition_id: int | None,
+        strategy: PollingStrategy,
+        count: int,
+        auto_commit: bool,
+    ) -> bytes:
+        """``PollMessages(...).encode()``: what names the partition (consumer, stream,
+        topic, partition) encoded once per target and kept (``POLL_PREFIXES_MAX`` of
+        them), then the strategy, count and auto-commit packed in one call. A consumer
+        polls the same partitions over and over."""
+        key = (consumer, stream_id, topic_id, partition_id)
+        prefix = self._poll_prefixes.get(key)
+        if prefix is None:
+            whole = PollMessages(
+                consumer.wire(), stream_id, topic_id, partition_id, PollingStrategy.first(), 1,
+                False,
+            ).encode()  # fmt: skip
+            prefix = whole[: len(whole) - _POLL_TAIL.size]
+            self._poll_prefixes[key] = prefix
+            while len(self._poll_prefixes) > POLL_PREFIXES_MAX:
+                self._poll_prefixes.popitem(last=False)
+        return prefix + _POLL_TAIL.pack(strategy.kind, strategy.value, count, int(auto_commit))
 
     def long_poll_messages(
         self,

@@ -103,6 +103,9 @@ _T = TypeVar("_T")
 _BALANCED: Final = Balanced()
 _SIZE: Final = struct.Struct("<I")
 assert RECEIVE_BYTES_MAX <= FRAME_SIZE_MAX  # a whole frame in one read is one of legal size
+REPLY_HEAD_BYTES_MAX: Final = 16 * 1024
+"""The first read for a reply: a small reply whole, the head of a larger one."""
+assert HEADER_SIZE <= REPLY_HEAD_BYTES_MAX <= RECEIVE_BYTES_MAX
 
 
 def _wall_clock_us() -> int:
@@ -169,29 +172,59 @@ class _Connection:
         # Right after a request went out its reply is not here yet: wait before the
         # first read (a read first would only fail); later pieces are read first.
         await trio.lowlevel.wait_readable(sock)
+        # The first read takes a reply's head only: a small reply whole, a large one (a
+        # poll's batches) up to where its size is known, so its rest can be read into its
+        # own buffer (``_receive_rest``) rather than in pieces joined afterwards.
+        limit = REPLY_HEAD_BYTES_MAX
         while True:
             try:
-                data = sock.recv(RECEIVE_BYTES_MAX)
+                data = sock.recv(limit)
             except BlockingIOError:
                 await trio.lowlevel.wait_readable(sock)
                 continue
             if not data:
                 raise ConnectionLost(address, "closed by the node")
+            received = len(data)
             if (
-                len(data) >= HEADER_SIZE
+                received >= HEADER_SIZE
                 and data[COMMAND_OFFSET] == Command.REPLY
-                and _SIZE.unpack_from(data, SIZE_OFFSET)[0] == len(data)
                 and decoder.pending_bytes == 0
             ):
-                # Exactly one whole reply between frames (a lock-step reply), of a size
-                # the decoder accepts (at most RECEIVE_BYTES_MAX): it is its own buffer,
-                # with no decoder state to go through. Anything else takes the decoder,
-                # which judges sizes and commands.
-                return Frame(memoryview(data), Command.REPLY)
+                size = _SIZE.unpack_from(data, SIZE_OFFSET)[0]
+                if size == received:
+                    # Exactly one whole reply between frames (a lock-step reply), of a
+                    # size the decoder accepts: it is its own buffer, with no decoder
+                    # state to go through.
+                    return Frame(memoryview(data), Command.REPLY)
+                if received < size <= FRAME_SIZE_MAX:
+                    return await self._receive_rest(data, size, address)
+            # Anything else takes the decoder, which judges sizes and commands.
+            limit = RECEIVE_BYTES_MAX
             decoder.feed(data)
             reply = decoder.next_frame()
             if reply is not NEED_MORE_BYTES:
                 return reply
+
+    async def _receive_rest(self, head: bytes, size: int, address: NodeAddress) -> Frame:
+        """The reply of ``size`` bytes that starts with ``head``: read straight into one
+        buffer of its size (its bytes copied once, from the socket), to its end and no
+        further (what follows stays in the socket)."""
+        sock = self.sock
+        assert sock is not None
+        buffer = bytearray(size)
+        filled = len(head)
+        buffer[:filled] = head
+        view = memoryview(buffer)
+        while filled < size:
+            try:
+                taken = sock.recv_into(view[filled:])
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(sock)
+                continue
+            if not taken:
+                raise ConnectionLost(address, "closed by the node")
+            filled += taken
+        return Frame(view, Command.REPLY)
 
     async def _receive_stream(self, address: NodeAddress) -> Frame:
         assert self.stream is not None
