@@ -1577,10 +1577,10 @@ class ClientCore:
         key = (consumer, stream_id, topic_id, partition_id)
         prefix = self._poll_prefixes.get(key)
         if prefix is None:
+            first = PollingStrategy.first()
             whole = PollMessages(
-                consumer.wire(), stream_id, topic_id, partition_id, PollingStrategy.first(), 1,
-                False,
-            ).encode()  # fmt: skip
+                consumer.wire(), stream_id, topic_id, partition_id, first, 1, False
+            ).encode()
             prefix = whole[: len(whole) - _POLL_TAIL.size]
             self._poll_prefixes[key] = prefix
             while len(self._poll_prefixes) > POLL_PREFIXES_MAX:
