@@ -359,7 +359,9 @@ class ReplicaBus:
             submission.timestamp_us,
             submission.request_checksum,
         )
-        if not self._enqueue(peer, FrameKind.FORWARD, header, submission.body):
+        body = submission.body
+        parts = body if isinstance(body, tuple) else (body,)  # gathered by the write
+        if not self._enqueue(peer, FrameKind.FORWARD, header, *parts):
             return False
         self._forwards.sent(token, primary, submission)
         self._node.counters.forwarded += 1
@@ -428,7 +430,7 @@ class ReplicaBus:
                 peer.read_indexes.pop(token, None)
         return ask.round.commit
 
-    def _enqueue(self, peer: Peer, kind: FrameKind, *parts: bytes) -> bool:
+    def _enqueue(self, peer: Peer, kind: FrameKind, *parts: bytes | memoryview) -> bool:
         """Queue one frame whose payload is ``parts`` joined (they are not joined here)."""
         if peer.stream is None:
             peer.frames_dropped += 1

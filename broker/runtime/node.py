@@ -186,6 +186,7 @@ from broker.state.partition_machine import (
 from broker.state.permissions import Action
 from broker.state.routing import PartitionRoute
 from consensus import Message, ReplicaConfig
+from consensus.protocols import RequestBody
 from journal import SegmentInfo
 from sdk import wire
 from sdk.wire import (
@@ -1613,7 +1614,7 @@ async def submit_and_wait(
     session: int,
     request: int,
     operation: int,
-    body: bytes,
+    body: RequestBody,
     checksum: bytes,
     timeout_s: float = REQUEST_TIMEOUT_S,
 ) -> Outcome:
