@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol, TypeAlias
 
-from consensus.messages import Prepare
+from consensus.messages import Prepare, PrepareBody
 
 SUPERBLOCK_EXTRA_LOG_DAMAGED: Final = 0
 """The index of the superblock's extra u64 field that holds ``DurableState.log_damaged``."""
@@ -117,7 +117,7 @@ class Prepared:
     """What the primary-side ``StateMachine.prepare`` made of a request."""
 
     #: The body the prepare carries (and the journal stores), e.g. a stamped batch.
-    body: bytes
+    body: PrepareBody
     #: The state machine's frontier after this op, carried in the prepare header.
     frontier: int
 

@@ -956,7 +956,9 @@ class Node:
         if request.code == SYSTEM_CODE:
             self._propose_system(tick, request)
             return
-        frame = wire.decode_frame(request.frame())
+        # A buffer of its own, as the runtime's frame decoder hands out: a send's batch is
+        # then stamped in place by the primary, as in the runtime.
+        frame = wire.decode_frame(bytearray(request.frame()))
         context = self._connection(request.client_id)
         # As the runtime's connection: a long poll waiting for it answers first.
         self._wake_long_polls(self.long_polls.connection_busy(id(context)))

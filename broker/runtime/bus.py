@@ -321,7 +321,7 @@ class ReplicaBus:
         self._learning = False
         # A primary sends the same prepare to every backup: encode (and checksum) it once.
         self._last_message: Message | None = None
-        self._last_frame: tuple[bytes, ...] = ()
+        self._last_frame: tuple[bytes | memoryview, ...] = ()
         # Accepted connections in the handshake, oldest first (at most BUS_HANDSHAKES_MAX).
         self._handshakes: list[_Handshake] = []
         self._refusals = RefusalLimiter()

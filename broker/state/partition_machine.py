@@ -206,7 +206,7 @@ def partition_request(operation: int, body: RequestBody) -> PartitionRequest:
             if isinstance(body, tuple) and len(body) == 2:
                 batch, checksums = body  # as admission made it here: already apart
                 if len(checksums) == 8 * _message_count(batch):
-                    return SendMessages(batch, checksums)
+                    return SendMessages(batch, checksums, handed_over=True)
             view = memoryview(joined_body(body) if isinstance(body, tuple) else body)
             split = len(view) - 8 * _message_count(view)
             if not BATCH_HEADER_SIZE <= split <= len(view):
@@ -247,11 +247,14 @@ def send_body(send: wire.SendMessages) -> tuple[memoryview, bytes]:
     the stamped batch over.
 
     The body is given as those two parts (``consensus.protocols.RequestBody``), not
-    joined: the batch part is a view of the request's own buffer, which nothing writes
-    once its frame is read (``sdk.wire.framing``, invariant 4), and the primary's
-    ``prepare`` copies it once into the prepare body as it stamps it. Over the bus
-    (a forward) the parts go out gathered and arrive as one buffer, which
-    :func:`partition_request` splits.
+    joined: the batch part is a view of the request's own buffer, which the decoder
+    never touches once its frame is handed out (``sdk.wire.framing``, invariant 4).
+    The caller hands that buffer over with the parts: it must not reuse or change it
+    afterwards, since the primary's ``prepare`` stamps the batch in place and keeps it
+    as the prepare body (``broker.state.partition.SendMessages.handed_over``): the one
+    user-space copy of a send is then the decoder's, from the socket's reads into the
+    frame. Over the bus (a forward) the parts go out gathered and arrive as one buffer,
+    which :func:`partition_request` splits and the primary stamps a copy of.
 
     Raises:
         StateError: the batch is malformed or a checksum does not match (Iggy's codes).

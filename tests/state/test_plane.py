@@ -50,7 +50,7 @@ from broker.state.partition_machine import (
 )
 from broker.state.permissions import Permissions, StreamPermissions
 from broker.state.routing import PartitionRoute, route_offset, route_poll, route_send
-from consensus.messages import CHECKSUM_SIZE, Prepare, make_prepare_header
+from consensus.messages import CHECKSUM_SIZE, Prepare, PrepareBody, make_prepare_header
 from consensus.protocols import RequestBody, RequestRejected, joined_body
 from sdk import wire
 from sdk.wire.batch import BATCH_HEADER_SIZE, OutgoingMessage
@@ -63,7 +63,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "frames"
 
 
 def _prepare(
-    op: int, operation: int, body: bytes, *, session: int = 0, client_id: int = 0xC1
+    op: int, operation: int, body: PrepareBody, *, session: int = 0, client_id: int = 0xC1
 ) -> Prepare:
     header = make_prepare_header(
         group=0,
@@ -602,8 +602,9 @@ def test_an_admitted_send_is_the_batch_then_its_checksums_and_prepare_reads_no_m
     assert (header.partition_id, header.base_offset, header.message_count) == (1, 0, 1)
 
 
-def test_an_admitted_send_hands_over_a_view_of_the_request_and_prepare_copies_it_once() -> None:
-    buffer = bytearray(
+def _send_buffer() -> bytearray:
+    """A request body of a one-message send, in a buffer of its own (as a frame's)."""
+    return bytearray(
         wire.build_send_messages(
             wire.Identifier(1),
             wire.Identifier(0),
@@ -611,17 +612,36 @@ def test_an_admitted_send_hands_over_a_view_of_the_request_and_prepare_copies_it
             [OutgoingMessage(7, b"payload")],
         )
     )
+
+
+def test_an_admitted_send_is_stamped_in_the_request_buffer_it_hands_over() -> None:
+    buffer = _send_buffer()
     batch, checksums = send_body(wire.SendMessages.decode(memoryview(buffer)))
     assert batch.obj is buffer, "the batch part is the request's own bytes, not a copy"
     assert len(checksums) == 8
     prepared = PartitionHost().machine.prepare(1, Operation.SEND_MESSAGES, (batch, checksums), 1, 0)
-    stamped = bytes(prepared.body)
-    # The prepare body is the log's own: the request's buffer, reused or overwritten
-    # after the reply, does not change it.
-    buffer[:] = bytes(len(buffer))
-    assert bytes(prepared.body) == stamped
-    assert wire.read_batch(prepared.body)[0].partition_id == 1
-    wire.verify_batch(prepared.body)
+    body = prepared.body
+    assert isinstance(body, memoryview) and body.obj is buffer, "no copy: stamped in place"
+    header = wire.verify_batch(body).header
+    assert (header.partition_id, header.base_offset, header.base_timestamp) == (1, 0, 1)
+
+
+@pytest.mark.parametrize("form", ["forwarded", "read-only"])
+def test_a_send_body_the_log_cannot_take_over_is_stamped_in_a_copy(form: str) -> None:
+    buffer = _send_buffer()
+    before = bytes(buffer)
+    batch, checksums = send_body(wire.SendMessages.decode(memoryview(buffer)))
+    body: RequestBody
+    if form == "forwarded":  # one buffer, as the bus delivers it: the bus's, not ours
+        body = memoryview(bytearray(joined_body((batch, checksums))))
+        source = bytes(body)
+    else:
+        body = (memoryview(bytes(batch)), checksums)
+        source = bytes(body[0])
+    prepared = PartitionHost().machine.prepare(1, Operation.SEND_MESSAGES, body, 1, 0)
+    assert bytes(buffer) == before
+    assert (bytes(body) if isinstance(body, memoryview) else bytes(body[0])) == source
+    assert wire.verify_batch(prepared.body).header.partition_id == 1
 
 
 @pytest.mark.parametrize("cut", [1, 8, 9])
