@@ -11,7 +11,7 @@ import enum
 from dataclasses import dataclass
 
 from consensus.messages import Message, Prepare
-from consensus.protocols import DurableState
+from consensus.protocols import DurableState, RequestBody
 
 # Events ------------------------------------------------------------------------------------
 
@@ -54,7 +54,7 @@ class ClientRequested:
     session: int
     request: int
     operation: int
-    body: bytes
+    body: RequestBody
     timestamp_us: int
     request_checksum: bytes
 

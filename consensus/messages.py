@@ -31,7 +31,7 @@ import dataclasses
 import enum
 import struct
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeAlias
 
 import xxhash
 
@@ -182,7 +182,7 @@ def make_prepare_header(
     request: int,
     operation: int,
     timestamp_us: int,
-    body: bytes,
+    body: PrepareBody,
     frontier: int = 0,
     request_checksum: bytes = bytes(CHECKSUM_SIZE),
 ) -> PrepareHeader:
@@ -260,6 +260,11 @@ def unpack_prepare_header(data: bytes | memoryview, offset: int = 0) -> PrepareH
 
 # Messages ----------------------------------------------------------------------------------
 
+PrepareBody: TypeAlias = bytes | memoryview
+"""A prepare body: ``bytes``, or a view of a buffer handed over to the log whole (a
+stamped batch in the request buffer it arrived in). Read, never written, once it is a
+prepare's."""
+
 
 @dataclass(frozen=True, slots=True)
 class Prepare:
@@ -270,7 +275,7 @@ class Prepare:
     """
 
     header: PrepareHeader
-    body: bytes
+    body: PrepareBody
 
     @property
     def op(self) -> int:
@@ -463,7 +468,7 @@ def _prepare_frame_head(command: Command, replica: int, view: int, prepare: Prep
     return bytes(head)
 
 
-def encode_message_parts(message: Message, *, sender: int | None = None) -> tuple[bytes, ...]:
+def encode_message_parts(message: Message, *, sender: int | None = None) -> tuple[PrepareBody, ...]:
     """:func:`encode_message` as the parts of one frame, in order, for a gathered write:
     a prepare's body is its own part, not copied into the frame."""
     if isinstance(message, Prepare):

@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final, Protocol, TypeAlias
 
-from consensus.messages import Prepare
+from consensus.messages import Prepare, PrepareBody
 
 SUPERBLOCK_EXTRA_LOG_DAMAGED: Final = 0
 """The index of the superblock's extra u64 field that holds ``DurableState.log_damaged``."""
@@ -94,12 +94,30 @@ class Log(Protocol):
         ...
 
 
+RequestBody: TypeAlias = bytes | memoryview | tuple[bytes | memoryview, ...]
+"""A client request's body as its host hands it to a replica: one buffer, or a tuple of
+parts whose concatenation is the body. Parts let a host pass a body made of pieces it
+already holds (a received batch and what admission computed of it) without joining them:
+the replica never reads a request body, only ``StateMachine.prepare`` does, and a state
+machine that wants one buffer joins them (:func:`joined_body`). The buffers are read,
+never kept past ``prepare`` nor written: the prepare body is the state machine's own."""
+
+
+def joined_body(body: RequestBody) -> bytes:
+    """``body`` as one ``bytes`` (a copy unless it already is one)."""
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, memoryview):
+        return body.tobytes()
+    return b"".join(body)
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """What the primary-side ``StateMachine.prepare`` made of a request."""
 
     #: The body the prepare carries (and the journal stores), e.g. a stamped batch.
-    body: bytes
+    body: PrepareBody
     #: The state machine's frontier after this op, carried in the prepare header.
     frontier: int
 
@@ -122,7 +140,7 @@ class StateMachine(Protocol):
     """The replicated application: deterministic, fed committed prepares in op order."""
 
     def prepare(
-        self, op: int, operation: int, body: bytes, timestamp_us: int, frontier: int
+        self, op: int, operation: int, body: RequestBody, timestamp_us: int, frontier: int
     ) -> Prepared:
         """Turn a client request into the body of prepare ``op``; called on the primary only.
 

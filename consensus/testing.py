@@ -21,7 +21,7 @@ from typing import Final
 
 from consensus.events import ClientRequested
 from consensus.messages import Prepare, checksum
-from consensus.protocols import Prepared, RequestRejected
+from consensus.protocols import Prepared, RequestBody, RequestRejected, joined_body
 
 #: A request body the ledger refuses at prepare time, to exercise rejections.
 REJECTED_BODY: Final = b"reject me"
@@ -149,11 +149,12 @@ class LedgerStateMachine:
         self.retained_from: int | None = None
 
     def prepare(
-        self, op: int, operation: int, body: bytes, timestamp_us: int, frontier: int
+        self, op: int, operation: int, body: RequestBody, timestamp_us: int, frontier: int
     ) -> Prepared:
         """Counts ops in the frontier, so tests can check it follows the log."""
         del operation, timestamp_us
         assert frontier == op - 1, "the frontier follows the log"
+        body = joined_body(body)
         if body == REJECTED_BODY:
             raise RequestRejected(REJECTED_STATUS, "the test asked for a rejection")
         return Prepared(body=body, frontier=frontier + 1)

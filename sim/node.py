@@ -142,7 +142,7 @@ from consensus.events import (
     WriteSuperblock,
 )
 from consensus.messages import Commit, Message, Prepare, encode_message
-from consensus.protocols import DurableState, Prepared
+from consensus.protocols import DurableState, Prepared, RequestBody, joined_body
 from consensus.replica import Replica, Status
 from journal import SegmentInfo
 from sdk import wire
@@ -226,7 +226,7 @@ class _Observed:
         self._on_restore = on_restore
 
     def prepare(
-        self, op: int, operation: int, body: bytes, timestamp_us: int, frontier: int
+        self, op: int, operation: int, body: RequestBody, timestamp_us: int, frontier: int
     ) -> Prepared:
         return self.inner.prepare(op, operation, body, timestamp_us, frontier)
 
@@ -688,7 +688,8 @@ class Node:
             submission.session,
             submission.request,
             submission.operation,
-            submission.body,
+            # As the replica bus delivers it: parts gathered on the wire, one on arrival.
+            joined_body(submission.body),
             submission.timestamp_us,
             submission.request_checksum,
         )
@@ -966,7 +967,9 @@ class Node:
         if request.code == SYSTEM_CODE:
             self._propose_system(tick, request)
             return
-        frame = wire.decode_frame(request.frame())
+        # A buffer of its own, as the runtime's frame decoder hands out: a send's batch is
+        # then stamped in place by the primary, as in the runtime.
+        frame = wire.decode_frame(bytearray(request.frame()))
         context = self._connection(request.client_id)
         if self._heartbeats is not None:
             self._heartbeats.heard(request.client_id, tick * TICK_US)

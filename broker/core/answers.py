@@ -119,33 +119,43 @@ def outcome_answer(
 ) -> Response:
     """The answer to a request ``group_id`` decided (module invariant 3); ``checksum``
     is the request's identity digest, carried for the simulator's clients."""
+    if isinstance(outcome, Replied):
+        # Every committed write comes this way: one Response, built once (a
+        # ``dataclasses.replace`` of it costs as much as the reply frame).
+        context.saw(group_id, outcome.op)
+        return Response(
+            [_replied_frame(header, outcome, group_id, replica_count)],
+            group=group_id,
+            checksum=checksum,
+        )
     return replace(
-        _outcome_answer(context, header, outcome, group_id, replica, replica_count),
+        _outcome_answer(header, outcome, group_id, replica, replica_count),
         checksum=checksum,
     )
 
 
+def _replied_frame(
+    header: RequestHeader, outcome: Replied, group_id: int, replica_count: int
+) -> bytearray:
+    # The primary that committed it, which is not this node when a backup forwarded
+    # the request: the client sends its next write there.
+    return build_reply_frame(
+        header,
+        outcome.body,
+        op=outcome.op,
+        commit=outcome.commit,
+        view=outcome.view & 0xFFFF_FFFF,
+        replica=primary_of(group_id, outcome.view, replica_count),
+    )
+
+
 def _outcome_answer(
-    context: ConnectionContext,
     header: RequestHeader,
-    outcome: Outcome,
+    outcome: Refused | SessionLost,
     group_id: int,
     replica: Replica | None,
     replica_count: int,
 ) -> Response:
-    if isinstance(outcome, Replied):
-        context.saw(group_id, outcome.op)
-        # The primary that committed it, which is not this node when a backup forwarded
-        # the request: the client sends its next write there.
-        frame = build_reply_frame(
-            header,
-            outcome.body,
-            op=outcome.op,
-            commit=outcome.commit,
-            view=outcome.view & 0xFFFF_FFFF,
-            replica=primary_of(group_id, outcome.view, replica_count),
-        )
-        return Response([frame], group=group_id)
     if isinstance(outcome, Refused):
         if outcome.status == REQUEST_MISMATCH_STATUS:
             refusal = (

@@ -46,6 +46,7 @@ from typing import Final
 
 from consensus.events import ClientError, ClientRequested, ReplyToClient
 from consensus.messages import PrepareHeader
+from consensus.protocols import RequestBody
 from consensus.replica import Replica, Status
 from sdk.wire import IggyErrorCode
 from sdk.wire.codes import Operation
@@ -101,7 +102,9 @@ class Submission:
     session: int
     request: int
     operation: int
-    body: bytes
+    #: Parts when admission hands over pieces it holds (a send: the batch, a view of the
+    #: client's frame, and its checksums); a forward sends them gathered.
+    body: RequestBody
     timestamp_us: int
     deliver: Callable[[Outcome], None]
     #: The request's identity digest (``consensus.ClientRequested``), computed where the

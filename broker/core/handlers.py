@@ -111,6 +111,7 @@ from broker.state.partition_machine import PartitionMachine, retain_body, send_b
 from broker.state.permissions import Action
 from broker.state.routing import PartitionRoute, route_offset, route_poll_target
 from consensus import Replica
+from consensus.protocols import RequestBody
 from journal import SegmentInfo
 from sdk import wire
 from sdk.wire import (
@@ -166,7 +167,7 @@ class Submit:
     session: int
     request: int
     operation: int
-    body: bytes
+    body: RequestBody
     checksum: bytes
 
 
@@ -512,7 +513,12 @@ def _refused(node: Node, header: RequestHeader, code: int, group: Group | None =
 
 
 def _submitted(
-    node: Node, request: Request, group: Group, checksum: bytes, operation: int, body: bytes
+    node: Node,
+    request: Request,
+    group: Group,
+    checksum: bytes,
+    operation: int,
+    body: RequestBody,
 ) -> Generator[Effect, Any, Outcome]:
     """Submit to ``group`` under the client's identity (a register carries no session)."""
     header = request.header

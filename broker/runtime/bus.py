@@ -321,7 +321,7 @@ class ReplicaBus:
         self._learning = False
         # A primary sends the same prepare to every backup: encode (and checksum) it once.
         self._last_message: Message | None = None
-        self._last_frame: tuple[bytes, ...] = ()
+        self._last_frame: tuple[bytes | memoryview, ...] = ()
         # Accepted connections in the handshake, oldest first (at most BUS_HANDSHAKES_MAX).
         self._handshakes: list[_Handshake] = []
         self._refusals = RefusalLimiter()
@@ -359,7 +359,9 @@ class ReplicaBus:
             submission.timestamp_us,
             submission.request_checksum,
         )
-        if not self._enqueue(peer, FrameKind.FORWARD, header, submission.body):
+        body = submission.body
+        parts = body if isinstance(body, tuple) else (body,)  # gathered by the write
+        if not self._enqueue(peer, FrameKind.FORWARD, header, *parts):
             return False
         self._forwards.sent(token, primary, submission)
         self._node.counters.forwarded += 1
@@ -428,7 +430,7 @@ class ReplicaBus:
                 peer.read_indexes.pop(token, None)
         return ask.round.commit
 
-    def _enqueue(self, peer: Peer, kind: FrameKind, *parts: bytes) -> bool:
+    def _enqueue(self, peer: Peer, kind: FrameKind, *parts: bytes | memoryview) -> bool:
         """Queue one frame whose payload is ``parts`` joined (they are not joined here)."""
         if peer.stream is None:
             peer.frames_dropped += 1

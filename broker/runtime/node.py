@@ -75,7 +75,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import trio
 
@@ -91,6 +91,7 @@ from broker.core.groups import (
     Refused,
     Replied,
     Submission,
+    timed_out,
 )
 from broker.core.handlers import (
     LOGINS_BUSY,
@@ -186,6 +187,7 @@ from broker.state.partition_machine import (
 from broker.state.permissions import Action
 from broker.state.routing import PartitionRoute
 from consensus import Message, ReplicaConfig
+from consensus.protocols import RequestBody
 from journal import SegmentInfo
 from sdk import wire
 from sdk.wire import (
@@ -297,6 +299,8 @@ class Node:
         """The long polls waiting here (``broker.core.long_polls``), each resumed through
         its slot in ``_long_poll_slots``."""
         self._long_poll_slots: dict[int, _LongPollSlot] = {}
+        self.waiting = WaitingRequests()
+        """The client requests waiting for a group's answer, with their deadlines."""
         self._long_poll_timer_changed = trio.Event()
         self._served = ServedPolls()
         """What this node served consumer group members (``broker.core.liveness``)."""
@@ -482,6 +486,7 @@ class Node:
         host, port = parse_address(self.config.address)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            nursery.start_soon(self._expire_requests)
             if self.config.replica_count > 1:
                 from broker.runtime.bus import ReplicaBus
 
@@ -731,6 +736,9 @@ class Node:
                 self._wake_long_polls(self.long_polls.cancel(token))
         assert slot.woken is not None
         return slot.woken
+
+    async def _expire_requests(self) -> None:
+        await expire_requests(self.waiting)
 
     async def _ticker(self) -> None:
         # Only the groups due on a tick are woken (``GroupTicker``): an idle one costs none,
@@ -1229,6 +1237,7 @@ class Node:
         if host is None:
             return Refused(IggyErrorCode.TRANSIENT_NOT_ACCEPTED)  # it went since admitted
         return await submit_and_wait(
+            self.waiting,
             host,
             effect.client_id,
             effect.session,
@@ -1567,7 +1576,8 @@ class SystemRunner:
         async with self._register_lock:
             if self._client.session:
                 return True
-            outcome = await _submit_call(self._node.metadata, self._client.register())
+            node = self._node
+            outcome = await _submit_call(node.waiting, node.metadata, self._client.register())
             return self._client.registered(outcome)
 
     async def run(self, host: GroupHost, command: MetadataCommand) -> Outcome:
@@ -1585,44 +1595,112 @@ class SystemRunner:
                 if not await self._ensure_session():
                     return NO_SESSION
                 call = self._client.call(operation, body, now_us())
-                outcome = await _submit_call(host, call)
+                outcome = await _submit_call(self._node.waiting, host, call)
                 if self._client.answered(outcome, attempt):
                     return outcome
 
 
-async def _submit_call(host: GroupHost, call: SystemCall) -> Outcome:
+async def _submit_call(waiting: WaitingRequests, host: GroupHost, call: SystemCall) -> Outcome:
     return await submit_and_wait(
-        host, call.client_id, call.session, call.request, call.operation, call.body, call.checksum
+        waiting,
+        host,
+        call.client_id,
+        call.session,
+        call.request,
+        call.operation,
+        call.body,
+        call.checksum,
     )
 
 
+class WaitingRequests:
+    """The client requests a node waits on its groups for, oldest first, each until its
+    deadline ``REQUEST_TIMEOUT_S`` after it was submitted; one task per node
+    (``Node._expire_requests``) answers the late ones with a transient error, instead of a
+    cancel scope and a timer per request.
+
+    Every request waits as long, so deadlines fall in the order requests were added: the
+    first entry (insertion-ordered dict) is the earliest, and an answered request leaves
+    in O(1). Bounded by the requests in flight on the node's connections.
+    """
+
+    __slots__ = ("_entries", "_timeout_s")
+
+    def __init__(self, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        self._timeout_s = timeout_s
+        self._entries: dict[Submission, tuple[float, Abandons, ReplyWaiter]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def add(self, host: Abandons, submission: Submission, waiter: ReplyWaiter, now: float) -> None:
+        self._entries[submission] = (now + self._timeout_s, host, waiter)
+
+    def discard(self, submission: Submission) -> None:
+        self._entries.pop(submission, None)
+
+    def next_check(self, now: float) -> float:
+        """When to look again: the earliest deadline, or, with none waiting, one timeout
+        from ``now`` (nothing added after ``now`` falls due before that)."""
+        for deadline, _, _ in self._entries.values():
+            return deadline
+        return now + self._timeout_s
+
+    def expire(self, now: float) -> None:
+        """Answer every request whose deadline passed and that has no outcome yet: its
+        group forgets it, and its submitter gets 58 or 59 (``timed_out``)."""
+        entries = self._entries
+        while entries:
+            submission = next(iter(entries))
+            deadline, host, waiter = entries[submission]
+            if deadline > now:
+                return
+            del entries[submission]
+            if waiter.outcome is None:
+                host.abandon(submission)
+                waiter.deliver(timed_out(submission))
+
+
+async def expire_requests(waiting: WaitingRequests) -> None:
+    """Answer the requests no group answered in time, for ever: this wakes at the
+    earliest deadline, and at least once per timeout (never for each request)."""
+    while True:
+        await trio.sleep_until(waiting.next_check(trio.current_time()))
+        waiting.expire(trio.current_time())
+
+
+class Abandons(Protocol):
+    """What expiring a request needs of its group's host."""
+
+    def abandon(self, submission: Submission) -> None: ...
+
+
 async def submit_and_wait(
+    waiting: WaitingRequests,
     host: GroupHost,
     client_id: int,
     session: int,
     request: int,
     operation: int,
-    body: bytes,
+    body: RequestBody,
     checksum: bytes,
-    timeout_s: float = REQUEST_TIMEOUT_S,
 ) -> Outcome:
-    """Submit a request to ``host`` and wait (bounded) for its outcome; ``checksum`` is
-    its identity digest (``broker.core.identity``)."""
+    """Submit a request to ``host`` and wait (bounded by ``waiting``'s deadline) for its
+    outcome; ``checksum`` is its identity digest (``broker.core.identity``)."""
     waiter = ReplyWaiter()
     submission = Submission(
         client_id, session, request, operation, body, now_us(), waiter.deliver, checksum
     )
     host.submit(submission)
-    with trio.move_on_after(timeout_s):
-        await waiter.event.wait()
-    if waiter.outcome is None:
-        host.abandon(submission)
-        status = (
-            IggyErrorCode.TRANSIENT_NOT_COMMITTED
-            if submission.admitted
-            else IggyErrorCode.TRANSIENT_NOT_ACCEPTED
-        )
-        return Refused(status)
+    if waiter.outcome is None:  # not refused at once
+        waiting.add(host, submission, waiter, trio.current_time())
+        try:
+            await waiter.event.wait()
+        finally:
+            waiting.discard(submission)
+    else:
+        await trio.lowlevel.checkpoint()  # as waiting would: a refusal loop still yields
+    assert waiter.outcome is not None
     return waiter.outcome
 
 

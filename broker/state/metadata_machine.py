@@ -57,7 +57,7 @@ from broker.state.options import WIRE_KEY_BY_FIELD, topic_option_entries
 from broker.state.permissions import Action
 from broker.state.snapshot import restore_state, snapshot_state
 from consensus.messages import Prepare
-from consensus.protocols import Prepared, RequestRejected
+from consensus.protocols import Prepared, RequestBody, RequestRejected, joined_body
 from sdk import wire
 from sdk.wire.codes import Operation
 
@@ -202,7 +202,7 @@ class MetadataMachine:
         (reconciling partition groups, logging); never part of replicated state."""
 
     def prepare(
-        self, op: int, operation: int, body: bytes, timestamp_us: int, frontier: int
+        self, op: int, operation: int, body: RequestBody, timestamp_us: int, frontier: int
     ) -> Prepared:
         """Metadata bodies are final when proposed: the runtime has already decoded the
         request, checked it and drawn any salt, so the body passes through unchanged.
@@ -217,6 +217,7 @@ class MetadataMachine:
             RequestRejected: the register would take over another user's client id.
         """
         del op, timestamp_us
+        body = joined_body(body)  # one buffer already: metadata bodies come whole
         if operation == Operation.REGISTER:
             command = decode_command(operation, body)
             assert isinstance(command, Register)

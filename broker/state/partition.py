@@ -97,6 +97,7 @@ from typing import Any, Protocol, TypeAlias
 import cbor2
 
 from broker.state.errors import ErrorCode, StateError
+from consensus.messages import PrepareBody
 from sdk.wire.batch import (
     BATCH_HEADER,
     BATCH_HEADER_SIZE,
@@ -104,6 +105,7 @@ from sdk.wire.batch import (
     BatchSlice,
     VerifiedBatch,
     slice_batch,
+    stamp_batch,
     stamped_batch,
     verify_batch,
 )
@@ -192,10 +194,16 @@ class SendMessages:
     As a node admits it (``broker.state.partition_machine.send_body``), the batch was
     verified in full there and comes with its packed message checksums (8 bytes each, in
     order: what the batch checksum covers), so it is stamped and re-sealed without reading
-    a message. Without them (``None``), ``prepare`` verifies the batch in full itself."""
+    a message. Without them (``None``), ``prepare`` verifies the batch in full itself.
+
+    ``handed_over``: the batch's buffer is the request's own and its owner gives it up
+    (the node's admission of a frame it read, ``send_body``): ``prepare`` stamps it in
+    place, if it is writable, and the prepare body is a view of it, no copy. Otherwise
+    (a forwarded body, a read-only buffer) the prepare body is a stamped copy."""
 
     batch: Buffer
     message_checksums: Buffer | None = None
+    handed_over: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -528,7 +536,7 @@ class PartitionState:
 
     # -- primary side ---------------------------------------------------------------------
 
-    def prepare(self, op: int, request: PartitionRequest, timestamp_us: int) -> bytes:
+    def prepare(self, op: int, request: PartitionRequest, timestamp_us: int) -> PrepareBody:
         """Build the prepare body for ``request`` as op ``op`` (primary only).
 
         Raises:
@@ -538,8 +546,8 @@ class PartitionState:
         assert 0 <= timestamp_us <= U64_MAX
         before = self.head(op - 1)
         match request:
-            case SendMessages(batch, checksums):
-                body = self._stamp(batch, checksums, before, timestamp_us)
+            case SendMessages(batch, checksums, handed_over):
+                body = self._stamp(batch, checksums, before, timestamp_us, handed_over)
             case StoreConsumerOffset(consumer, offset, user_id):
                 _check_consumer(consumer)
                 assert 0 <= user_id <= U32_MAX, "the node names a user it checked"
@@ -564,8 +572,13 @@ class PartitionState:
         return body
 
     def _stamp(
-        self, batch: Buffer, checksums: Buffer | None, before: Frontier, timestamp_us: int
-    ) -> bytes:
+        self,
+        batch: Buffer,
+        checksums: Buffer | None,
+        before: Frontier,
+        timestamp_us: int,
+        handed_over: bool,
+    ) -> PrepareBody:
         if checksums is None:
             try:
                 verified = verify_batch(batch)
@@ -575,14 +588,27 @@ class PartitionState:
             verified = _admitted(batch, checksums)
         if before.next_offset + verified.header.message_count > U64_MAX:
             raise StateError(ErrorCode.TOO_MANY_MESSAGES, "offsets exhausted")
-        # One copy, at the ownership boundary: the request body belongs to the submission,
-        # the prepare body to the log.
+        base_timestamp = max(timestamp_us, before.timestamp_us)
+        if handed_over and isinstance(batch, memoryview) and not batch.readonly:
+            # The request's buffer becomes the prepare body: its owner gave it up, nothing
+            # reads it as a request again, and it is stamped once, here (the last step of
+            # a prepare, after every refusal), so no copy at all.
+            stamp_batch(
+                batch,
+                verified,
+                partition_id=self.partition_id,
+                base_offset=before.next_offset,
+                base_timestamp=base_timestamp,
+            )
+            return batch
+        # One copy, at the ownership boundary: a body the log cannot take over (a
+        # forwarded one, in the bus's buffer; a read-only one) stays as it is.
         return stamped_batch(
             batch,
             verified,
             partition_id=self.partition_id,
             base_offset=before.next_offset,
-            base_timestamp=max(timestamp_us, before.timestamp_us),
+            base_timestamp=base_timestamp,
         )
 
     # -- every replica --------------------------------------------------------------------

@@ -55,7 +55,7 @@ from broker.state.partition import (
 from broker.state.records import JournalHost, PartitionJournal
 from broker.state.routing import PartitionRoute
 from consensus.messages import Prepare
-from consensus.protocols import Prepared, RequestRejected
+from consensus.protocols import Prepared, RequestBody, RequestRejected, joined_body
 from sdk import wire
 from sdk.wire.batch import BATCH_HEADER, BATCH_HEADER_SIZE, verify_batch
 from sdk.wire.codes import Operation
@@ -88,7 +88,7 @@ class PartitionMachine:
     # -- primary ---------------------------------------------------------------------------
 
     def prepare(
-        self, op: int, operation: int, body: bytes, timestamp_us: int, frontier: int
+        self, op: int, operation: int, body: RequestBody, timestamp_us: int, frontier: int
     ) -> Prepared:
         """The prepare body for a client request that will be op ``op``.
 
@@ -194,7 +194,7 @@ class PartitionMachine:
         ).encode()
 
 
-def partition_request(operation: int, body: bytes) -> PartitionRequest:
+def partition_request(operation: int, body: RequestBody) -> PartitionRequest:
     """The domain request a partition-plane client body carries.
 
     Raises:
@@ -203,26 +203,31 @@ def partition_request(operation: int, body: bytes) -> PartitionRequest:
     try:
         if operation == Operation.SEND_MESSAGES:
             # Built by a node's admission (``send_body``): split, not decoded again.
-            view = memoryview(body)
+            if isinstance(body, tuple) and len(body) == 2:
+                batch, checksums = body  # as admission made it here: already apart
+                if len(checksums) == 8 * _message_count(batch):
+                    return SendMessages(batch, checksums, handed_over=True)
+            view = memoryview(joined_body(body) if isinstance(body, tuple) else body)
             split = len(view) - 8 * _message_count(view)
             if not BATCH_HEADER_SIZE <= split <= len(view):
                 raise StateError(ErrorCode.INVALID_FORMAT, "not an admitted batch")
             return SendMessages(view[:split], view[split:])
+        whole = joined_body(body)  # control bodies are small, and come whole
         if operation == Operation.STORE_CONSUMER_OFFSET:
             # Built by a node (ours, or a peer's over the authenticated bus), never a
             # client's bytes: a body without its user is a bug.
-            assert len(body) >= STORE_USER.size, "a store request names its user"
-            (user_id,) = STORE_USER.unpack_from(body, 0)
-            store = wire.StoreConsumerOffset.decode(body[STORE_USER.size :])
+            assert len(whole) >= STORE_USER.size, "a store request names its user"
+            (user_id,) = STORE_USER.unpack_from(whole, 0)
+            store = wire.StoreConsumerOffset.decode(whole[STORE_USER.size :])
             return StoreConsumerOffset(_consumer_key(store.consumer), store.offset, user_id)
         if operation == Operation.DELETE_CONSUMER_OFFSET:
-            delete = wire.DeleteConsumerOffset.decode(body)
+            delete = wire.DeleteConsumerOffset.decode(whole)
             return DeleteConsumerOffset(_consumer_key(delete.consumer))
         if operation == Operation.TRUNCATE_PARTITION:
             # Built by a node (its own system request, or the retention a DELETE_SEGMENTS
             # it admitted asks for), never a client's bytes: internal operations are
             # refused at admission, so a body that is neither form is a bug.
-            order = cbor2.loads(body)
+            order = cbor2.loads(whole)
             if isinstance(order, list):
                 assert len(order) == 2 and order[0] == RETAIN_TAG, "retention body is ours"
                 assert isinstance(order[1], int) and order[1] >= 0
@@ -234,13 +239,22 @@ def partition_request(operation: int, body: bytes) -> PartitionRequest:
     raise StateError(ErrorCode.INVALID_COMMAND, f"operation {operation} is not a partition op")
 
 
-def send_body(send: wire.SendMessages) -> bytes:
+def send_body(send: wire.SendMessages) -> tuple[memoryview, bytes]:
     """The SEND_MESSAGES request body :class:`PartitionMachine` takes, from a client's
     request as admission decoded it: its batch, verified in full here (message count,
     layout, every message checksum and the batch checksum: the only time a node reads
     its messages), followed by the packed message checksums, which the primary re-seals
-    the stamped batch over. One copy of the batch: the request's buffer stays the
-    connection's, this body goes to the group (and over the bus when forwarded).
+    the stamped batch over.
+
+    The body is given as those two parts (``consensus.protocols.RequestBody``), not
+    joined: the batch part is a view of the request's own buffer, which the decoder
+    never touches once its frame is handed out (``sdk.wire.framing``, invariant 4).
+    The caller hands that buffer over with the parts: it must not reuse or change it
+    afterwards, since the primary's ``prepare`` stamps the batch in place and keeps it
+    as the prepare body (``broker.state.partition.SendMessages.handed_over``): the one
+    user-space copy of a send is then the decoder's, from the socket's reads into the
+    frame. Over the bus (a forward) the parts go out gathered and arrive as one buffer,
+    which :func:`partition_request` splits and the primary stamps a copy of.
 
     Raises:
         StateError: the batch is malformed or a checksum does not match (Iggy's codes).
@@ -252,7 +266,7 @@ def send_body(send: wire.SendMessages) -> bytes:
         verified = verify_batch(batch)
     except wire.ProtocolError as error:
         raise StateError(_code(int(error.code)), error.reason) from error
-    return b"".join((batch, verified.message_checksums))
+    return memoryview(batch).cast("B"), verified.message_checksums
 
 
 def purge_body(generation: int) -> bytes:

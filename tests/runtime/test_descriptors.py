@@ -57,6 +57,7 @@ from broker.state.errors import ErrorCode
 from broker.state.metadata import Register
 from broker.state.partition_machine import send_body
 from consensus import Message, ReplicaConfig
+from consensus.protocols import joined_body
 from journal.storage import FileStorage
 from sdk import wire
 from sdk.wire import CommandCode, IggyErrorCode
@@ -667,7 +668,7 @@ def _send_submission(waiter: ReplyWaiter, client_id: int, request: int) -> Submi
         body,
         1_000_000 + request,
         waiter.deliver,
-        internal_checksum(body),
+        internal_checksum(joined_body(body)),
     )
 
 

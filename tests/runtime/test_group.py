@@ -16,7 +16,7 @@ from broker.runtime.store import GroupStore
 from broker.state.partition_machine import send_body
 from consensus import Action, Event, Message, ReplicaConfig, Ticked
 from consensus.config import TICKS_IDLE
-from consensus.protocols import DurableState
+from consensus.protocols import DurableState, RequestBody, joined_body
 from sdk import wire
 from sdk.wire.codes import Operation
 
@@ -45,7 +45,7 @@ def _host(
     )
 
 
-def _send_body(payload: bytes) -> bytes:
+def _send_body(payload: bytes) -> RequestBody:
     """A send of one message as admission hands it to the group (``send_body``)."""
     request = wire.build_send_messages(
         wire.Identifier(0),
@@ -71,7 +71,7 @@ async def _submit_many(
                 body=body,
                 timestamp_us=1_000_000 + index,
                 deliver=waiter.deliver,
-                request_checksum=internal_checksum(body),
+                request_checksum=internal_checksum(joined_body(body)),
             )
         )
     with trio.fail_after(10):

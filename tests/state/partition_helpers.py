@@ -17,7 +17,7 @@ from broker.state.partition import (
     operation_of,
 )
 from broker.state.records import PartitionJournal, append_prepare, partition_fields, prepare_of
-from consensus.messages import CHECKSUM_SIZE, Prepare, make_prepare_header
+from consensus.messages import CHECKSUM_SIZE, Prepare, PrepareBody, make_prepare_header
 from journal import Journal, JournalConfig, JournalError, MemoryStorage
 from sdk.wire.batch import OutgoingMessage, build_batch, read_batch
 
@@ -76,16 +76,16 @@ class MemoryLog(PartitionJournal):
         return self.host.journal
 
     @property
-    def bodies(self) -> dict[int, tuple[int, bytes]]:
+    def bodies(self) -> dict[int, tuple[int, PrepareBody]]:
         """Every op the journal holds, as ``(operation, body)``."""
-        held: dict[int, tuple[int, bytes]] = {}
+        held: dict[int, tuple[int, PrepareBody]] = {}
         for op in range(max(1, self.journal.op_min), self.journal.op_head + 1):
             prepare = self.host.read(op)
             assert prepare is not None
             held[op] = (prepare.header.operation, prepare.body)
         return held
 
-    def append(self, op: int, operation: int, body: bytes) -> None:
+    def append(self, op: int, operation: int, body: PrepareBody) -> None:
         header = make_prepare_header(
             group=1,
             view=0,

@@ -50,8 +50,8 @@ from broker.state.partition_machine import (
 )
 from broker.state.permissions import Permissions, StreamPermissions
 from broker.state.routing import PartitionRoute, route_offset, route_poll, route_send
-from consensus.messages import CHECKSUM_SIZE, Prepare, make_prepare_header
-from consensus.protocols import RequestRejected
+from consensus.messages import CHECKSUM_SIZE, Prepare, PrepareBody, make_prepare_header
+from consensus.protocols import RequestBody, RequestRejected, joined_body
 from sdk import wire
 from sdk.wire.batch import BATCH_HEADER_SIZE, OutgoingMessage
 from sdk.wire.codes import CommandCode, Operation
@@ -63,7 +63,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "frames"
 
 
 def _prepare(
-    op: int, operation: int, body: bytes, *, session: int = 0, client_id: int = 0xC1
+    op: int, operation: int, body: PrepareBody, *, session: int = 0, client_id: int = 0xC1
 ) -> Prepare:
     header = make_prepare_header(
         group=0,
@@ -473,7 +473,7 @@ class PartitionHost:
         self.log = JournalLog()
         self.machine = PartitionMachine(1, 0, 1, self.log)
 
-    def run(self, operation: int, body: bytes) -> bytes:
+    def run(self, operation: int, body: RequestBody) -> bytes:
         op = self.log.op_max() + 1
         prepared = self.machine.prepare(op, operation, body, 1_000 + op, 0)
         prepare = _prepare(op, operation, prepared.body, session=5)
@@ -588,7 +588,8 @@ def test_send_admission_refuses_a_message_whose_checksum_does_not_match() -> Non
 
 def test_an_admitted_send_is_the_batch_then_its_checksums_and_prepare_reads_no_message() -> None:
     request = _one_message_send()
-    body = send_body(request)
+    parts = send_body(request)
+    body = joined_body(parts)  # as a forward carries it
     batch = bytes(request.batch)
     assert body[: len(batch)] == batch and len(body) == len(batch) + 8
     assert body[len(batch) :] == batch[BATCH_HEADER_SIZE : BATCH_HEADER_SIZE + 8]
@@ -601,11 +602,61 @@ def test_an_admitted_send_is_the_batch_then_its_checksums_and_prepare_reads_no_m
     assert (header.partition_id, header.base_offset, header.message_count) == (1, 0, 1)
 
 
+def _send_buffer() -> bytearray:
+    """A request body of a one-message send, in a buffer of its own (as a frame's)."""
+    return bytearray(
+        wire.build_send_messages(
+            wire.Identifier(1),
+            wire.Identifier(0),
+            wire.PartitionId(1),
+            [OutgoingMessage(7, b"payload")],
+        )
+    )
+
+
+def test_an_admitted_send_is_stamped_in_the_request_buffer_it_hands_over() -> None:
+    buffer = _send_buffer()
+    batch, checksums = send_body(wire.SendMessages.decode(memoryview(buffer)))
+    assert batch.obj is buffer, "the batch part is the request's own bytes, not a copy"
+    assert len(checksums) == 8
+    prepared = PartitionHost().machine.prepare(1, Operation.SEND_MESSAGES, (batch, checksums), 1, 0)
+    body = prepared.body
+    assert isinstance(body, memoryview) and body.obj is buffer, "no copy: stamped in place"
+    header = wire.verify_batch(body).header
+    assert (header.partition_id, header.base_offset, header.base_timestamp) == (1, 0, 1)
+
+
+@pytest.mark.parametrize("form", ["forwarded", "read-only"])
+def test_a_send_body_the_log_cannot_take_over_is_stamped_in_a_copy(form: str) -> None:
+    buffer = _send_buffer()
+    before = bytes(buffer)
+    batch, checksums = send_body(wire.SendMessages.decode(memoryview(buffer)))
+    body: RequestBody
+    if form == "forwarded":  # one buffer, as the bus delivers it: the bus's, not ours
+        body = memoryview(bytearray(joined_body((batch, checksums))))
+        source = bytes(body)
+    else:
+        body = (memoryview(bytes(batch)), checksums)
+        source = bytes(body[0])
+    prepared = PartitionHost().machine.prepare(1, Operation.SEND_MESSAGES, body, 1, 0)
+    assert bytes(buffer) == before
+    assert (bytes(body) if isinstance(body, memoryview) else bytes(body[0])) == source
+    assert wire.verify_batch(prepared.body).header.partition_id == 1
+
+
 @pytest.mark.parametrize("cut", [1, 8, 9])
-def test_partition_prepare_refuses_an_admitted_send_that_does_not_add_up(cut: int) -> None:
-    body = send_body(_one_message_send())
+@pytest.mark.parametrize("joined", [True, False])
+def test_partition_prepare_refuses_an_admitted_send_that_does_not_add_up(
+    cut: int, joined: bool
+) -> None:
+    batch, checksums = send_body(_one_message_send())
+    body: RequestBody
+    if joined:  # a forwarded body, one buffer
+        body = joined_body((batch, checksums))[:-cut]
+    else:  # parts that do not add up: a short batch, or checksums of another count
+        body = (batch[:-cut], checksums) if cut % 8 else (batch, checksums[:-cut])
     with pytest.raises(RequestRejected) as raised:
-        PartitionHost().machine.prepare(1, Operation.SEND_MESSAGES, body[:-cut], 1, 0)
+        PartitionHost().machine.prepare(1, Operation.SEND_MESSAGES, body, 1, 0)
     assert raised.value.status == ErrorCode.INVALID_FORMAT
 
 
