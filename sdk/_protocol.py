@@ -515,6 +515,9 @@ class ClientCore:
         self._assignment_next: dict[tuple[object, object, object], int] = {}
         self._assignment_synced_at: dict[tuple[object, object, object], float] = {}
         self._poll_prefixes: OrderedDict[tuple[object, ...], bytes] = OrderedDict()
+        self._spare_frame: bytearray | None = None
+        """The frame of the last finished send: the next send of the same shape is
+        built into it (``build_batch_columns``' ``reuse``), not into fresh pages."""
 
     def fork(self, rng: random.Random) -> ClientCore:
         """Another core with the same settings, credentials and roster, and its own
@@ -1351,6 +1354,7 @@ class ClientCore:
         stream_id, topic_id = to_identifier(stream), to_identifier(topic)
         partition = yield from self.resolve_partition(stream_id, topic_id, partitioning)
         now_us = self._wall_clock_us()
+        spare, self._spare_frame = self._spare_frame, None
         buffer = build_send_messages_columns(
             stream_id,
             topic_id,
@@ -1360,8 +1364,9 @@ class ClientCore:
             _fill_timestamps(timestamps, now_us),
             user_headers,
             headroom=HEADER_SIZE,
+            reuse=spare,
         )
-        return (yield from self.send_prepared(stream_id, topic_id, partition, buffer))
+        return (yield from self._send_owned(stream_id, topic_id, partition, buffer))
 
     def send_payloads(
         self,
@@ -1395,6 +1400,7 @@ class ClientCore:
             raise ValueError("origin_timestamp is µs since the epoch, not negative")
         stream_id, topic_id = to_identifier(stream), to_identifier(topic)
         partition = yield from self.resolve_partition(stream_id, topic_id, partitioning)
+        spare, self._spare_frame = self._spare_frame, None
         buffer = build_send_messages_columns(
             stream_id,
             topic_id,
@@ -1403,8 +1409,19 @@ class ClientCore:
             self._fill_ids(chosen_ids, count),
             origin_timestamp or self._wall_clock_us(),
             headroom=HEADER_SIZE,
+            reuse=spare,
         )
-        return (yield from self.send_prepared(stream_id, topic_id, partition, buffer))
+        return (yield from self._send_owned(stream_id, topic_id, partition, buffer))
+
+    def _send_owned(
+        self, stream_id: Identifier, topic_id: Identifier, partition: int, buffer: bytearray
+    ) -> Step[list[SendConfirmation]]:
+        """:meth:`send_prepared` of a frame only this core holds; once the send is over
+        (every retry re-sent this same frame), it is the next send's spare."""
+        try:
+            return (yield from self.send_prepared(stream_id, topic_id, partition, buffer))
+        finally:
+            self._spare_frame = buffer
 
     def send_prepared(
         self, stream_id: Identifier, topic_id: Identifier, partition: int, buffer: bytearray

@@ -274,6 +274,7 @@ def build_batch_columns(
     user_headers: Sequence[Buffer] | None = None,
     *,
     headroom: int = 0,
+    reuse: bytearray | None = None,
 ) -> bytearray:
     """Build a sealed batch from its columns: the same bytes as :func:`build_batch` of
     the messages the columns describe, without an object per message.
@@ -285,6 +286,11 @@ def build_batch_columns(
         origin_timestamps: One µs timestamp per payload, or one for them all.
         user_headers: One encoded user-header block per payload, or ``None``: none.
         headroom: Zero bytes to reserve before the batch (see :func:`build_batch`).
+        reuse: A buffer an earlier build returned that nothing reads any more: it is
+            rewritten and returned when the new batch has its length and one frame
+            size (every byte is then written by the build), so a producer sending
+            batches of one shape does not take fresh pages from the OS for each one;
+            otherwise it is left alone and a new buffer is made.
 
     Returns:
         ``headroom`` zero bytes followed by the batch.
@@ -360,11 +366,26 @@ def build_batch_columns(
             + (0 if user_headers is None else sum(map(len, user_headers)))
         )
     batch_length = BATCH_HEADER_SIZE + frames_size
-    buffer = bytearray(headroom + batch_length)
+    if uniform and reuse is not None and len(reuse) == headroom + batch_length:
+        # A uniform build writes every byte of the batch (its structs zero their pad
+        # bytes); only the headroom is zeroed here. A fresh buffer of this size would
+        # cost a page fault per 4 KiB when the allocator gave the last one back.
+        buffer = reuse
+        buffer[:headroom] = bytes(headroom)
+    else:
+        buffer = bytearray(headroom + batch_length)
     start = headroom + BATCH_HEADER_SIZE
     if uniform:
         checksums = _build_uniform(
-            buffer, start, payloads, packable, packed_ids, halves, timestamp_deltas, user_headers
+            buffer,
+            start,
+            payloads,
+            packable,
+            packed_ids,
+            halves,
+            timestamp_deltas,
+            user_headers,
+            zeroed=buffer is not reuse,
         )
     else:
         checksums = _build_walk(buffer, start, payloads, halves, timestamp_deltas, user_headers)
@@ -453,9 +474,13 @@ def _build_uniform(
     halves: Iterable[int],
     timestamp_deltas: Sequence[int] | None,
     user_headers: Sequence[Buffer] | None,
+    *,
+    zeroed: bool,
 ) -> bytes:
     """Write frames that all have one payload size and one header size with a few
-    struct calls, none per message; returns the packed message checksums.
+    struct calls, none per message; returns the packed message checksums. Every byte
+    of the frames is written (``zeroed``: the buffer is fresh, so bytes that stay
+    zero need not be).
 
     A header field of every frame is written by one strided copy (a memoryview slice
     with a step) of a column packed in advance, whatever the message count: as u64
@@ -483,6 +508,8 @@ def _build_uniform(
             frames.pack_into(buffer, start, *blocks[0])
         elif blocks:
             frames.pack_into(buffer, start, *chain.from_iterable(zip(*blocks, strict=True)))
+        elif not zeroed:
+            frames.pack_into(buffer, start)  # all padding: zeroes the reserved words
         # else: nothing to pack, the fresh buffer is zero where the views go
         if packed_ids is None:
             packed_ids = struct.pack(f"<{2 * count}Q", *halves)

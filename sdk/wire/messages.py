@@ -211,16 +211,23 @@ def build_send_messages_columns(
     user_headers: Sequence[Buffer] | None = None,
     *,
     headroom: int = 0,
+    reuse: bytearray | None = None,
 ) -> bytearray:
     """:func:`build_send_messages` from the batch's columns (see
-    :func:`batch.build_batch_columns`): the same body, no object per message.
+    :func:`batch.build_batch_columns`, which says when ``reuse`` is rewritten): the
+    same body, no object per message.
 
     Returns:
         ``headroom`` zero bytes followed by the body.
     """
     prefix = _send_metadata(stream_id, topic_id, partitioning, len(payloads))
     buffer = build_batch_columns(
-        payloads, ids, origin_timestamps, user_headers, headroom=headroom + len(prefix)
+        payloads,
+        ids,
+        origin_timestamps,
+        user_headers,
+        headroom=headroom + len(prefix),
+        reuse=reuse,
     )
     buffer[headroom : headroom + len(prefix)] = prefix
     return buffer

@@ -16,6 +16,7 @@ from sdk.wire import (
     SendMessages,
     SendMessagesReply,
     read_batch,
+    verify_batch,
 )
 from tests.sdk.script import Scripted, Sent, Trace, drive, make_core, ok, send_partition
 
@@ -150,3 +151,28 @@ def test_a_timed_out_send_payloads_is_resent_byte_identical_under_the_same_numbe
     assert len(attempts) == 3
     assert len({a.frame for a in attempts}) == 1
     assert len({a.header.request for a in attempts}) == 1
+
+
+def test_a_second_send_of_the_same_shape_is_built_into_the_first_ones_frame() -> None:
+    core, _ = make_core()
+    script = Scripted({CommandCode.SEND_MESSAGES: confirmed})
+
+    def send(step: Step[list[SendConfirmation]]) -> list[tuple[int, bytes]]:
+        trace = Trace()
+        drive(core, step, script, trace=trace)
+        payload = trace.sent[-1].payload
+        assert isinstance(payload, SendMessages)
+        verify_batch(payload.batch)  # both checksum levels, as the frame went out
+        return [(m.id, bytes(m.payload)) for m in read_batch(payload.batch)[1]]
+
+    first = send(core.send_messages(1, 0, [b"a" * 10] * 4, 0))
+    spare = core._spare_frame
+    assert spare is not None
+    second = send(core.send_payloads(1, 0, [b"b" * 10] * 4, 0))
+    assert core._spare_frame is spare  # rewritten, not replaced
+    assert [p for _, p in first] == [b"a" * 10] * 4
+    assert [p for _, p in second] == [b"b" * 10] * 4
+    assert not {i for i, _ in first} & {i for i, _ in second}
+    # A send of another shape gets a frame of its own.
+    send(core.send_messages(1, 0, [b"c" * 11] * 4, 0))
+    assert core._spare_frame is not spare

@@ -79,6 +79,42 @@ def test_one_size_batches_match_the_reference_from_every_kind_of_column(
 
 
 @SETTINGS
+@given(messages=uniform_messages(), headroom=st.sampled_from([0, 5, 256]))
+def test_a_reused_buffer_full_of_garbage_is_rewritten_to_the_fresh_build(
+    messages: list[OutgoingMessage], headroom: int
+) -> None:
+    payloads = [message.payload for message in messages]
+    timestamps = [message.origin_timestamp for message in messages]
+    headers = [message.user_headers for message in messages]
+    ids = packed_ids(messages)
+    for kind in (bytes, memoryview):
+        given_payloads = [kind(payload) for payload in payloads]
+        for plain in (True, False):  # with and without the user-header blocks
+            blocks = None if plain else headers
+            fresh = build_batch_columns(given_payloads, ids, timestamps, blocks, headroom=headroom)
+            garbage = bytearray(b"\xa5" * len(fresh))
+            built = build_batch_columns(
+                given_payloads, ids, timestamps, blocks, headroom=headroom, reuse=garbage
+            )
+            assert built is garbage
+            assert built == fresh
+
+
+def test_a_reused_buffer_of_another_length_or_for_mixed_sizes_is_left_alone() -> None:
+    spare = bytearray(b"\xa5" * 100)
+    built = build_batch_columns([b"abc", b"def"], [1, 2], 5, reuse=spare)
+    assert built is not spare and spare == b"\xa5" * 100
+    mixed = [b"a", b"bcd"]
+    length = len(build_batch_columns(mixed, [1, 2], 5))
+    spare = bytearray(b"\xa5" * length)
+    built = build_batch_columns(mixed, [1, 2], 5, reuse=spare)
+    assert built is not spare and spare == b"\xa5" * length
+    assert bytes(built) == reference_batch(
+        [OutgoingMessage(1, b"a", b"", 5), OutgoingMessage(2, b"bcd", b"", 5)]
+    )
+
+
+@SETTINGS
 @given(
     sizes=st.lists(st.integers(0, 200), min_size=2, max_size=40).filter(
         lambda sizes: len(set(sizes)) > 1
