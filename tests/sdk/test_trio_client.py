@@ -298,3 +298,58 @@ def test_new_sessions_are_independent_and_reuse_the_credentials(fake: FakeCluste
             await other.close()
 
     run_trio(body)
+
+
+def test_silent_nodes_time_out_each_exchange_at_its_own_deadline_and_drop_its_connection() -> None:
+    # A node that accepts and never answers; two clients with different attempt
+    # timeouts in one run: the later, shorter deadline must fire first, so the run's
+    # timekeeper (asleep until the longer one) is woken early.
+    from sdk._protocol import Exchange, ExchangeTimedOut
+    from sdk.connection_string import ClientConfig, NodeAddress
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    address = NodeAddress("127.0.0.1", listener.getsockname()[1])
+    ended: dict[str, float] = {}
+
+    async def body() -> None:
+        slow = AsyncClient(ClientConfig(seeds=(address,)))
+        quick = AsyncClient(ClientConfig(seeds=(address,)))
+        started = trio.current_time()
+
+        async def exchange(name: str, client: AsyncClient, timeout_s: float) -> None:
+            with pytest.raises(ExchangeTimedOut):
+                await client._exchange(Exchange(address, b"\0" * 256, timeout_s, 1.0))
+            ended[name] = trio.current_time() - started
+            assert client._connections == {}
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(exchange, "slow", slow, 10.0)
+            await trio.sleep(0.5)
+            nursery.start_soon(exchange, "quick", quick, 1.0)
+
+    try:
+        trio.run(body, clock=trio.testing.MockClock(autojump_threshold=0))
+    finally:
+        listener.close()
+    assert 1.5 <= ended["quick"] < 1.6  # started at 0.5, 1 s to answer
+    assert 10.0 <= ended["slow"] < 10.1
+
+
+def test_a_client_used_again_in_another_trio_run_still_times_out_a_lost_reply(
+    fake: FakeCluster,
+) -> None:
+    # Its connection was dialled in the first run; the second run's timekeeper must
+    # still end the exchange whose reply never comes (request_timeout 250 ms).
+    client = AsyncClient.from_connection_string(url(fake))
+    trio.run(client.connect)
+
+    async def second() -> None:
+        fake.add_fault("drop_reply", code=CommandCode.GET_STREAMS, times=1)
+        with trio.fail_after(10):
+            assert await client.get_streams() == []
+        await client.close()
+
+    trio.run(second)
+    assert len(fake.requests_of(CommandCode.GET_STREAMS)) == 2
