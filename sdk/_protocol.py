@@ -56,7 +56,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, Final, TypeAlias, TypeVar
+from typing import Any, Final, NamedTuple, TypeAlias, TypeVar
 
 from sdk._cluster import METADATA, Cluster, PartitionGroup, RouteKey
 from sdk.connection_string import ClientConfig, NodeAddress
@@ -235,9 +235,11 @@ _T = TypeVar("_T")
 # --- actions and transport errors ------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Exchange:
-    """Write ``frame`` to ``address`` and read one frame back, within ``timeout_s``."""
+class Exchange(NamedTuple):
+    """Write ``frame`` to ``address`` and read one frame back, within ``timeout_s``.
+
+    A tuple: one is made per request, and a tuple is built in C where a frozen
+    dataclass sets each field through ``object.__setattr__``."""
 
     address: NodeAddress
     frame: bytes | bytearray
@@ -384,8 +386,7 @@ class _InPlaceTemplate:
 _Template: TypeAlias = _BodyTemplate | _InPlaceTemplate
 
 
-@dataclass(frozen=True, slots=True)
-class _Answer:
+class _Answer(NamedTuple):
     address: NodeAddress
     payload: ReplyPayload | None
     frame: Frame
