@@ -282,6 +282,9 @@ _CODE_BY_OPERATION: Final[dict[Operation, CommandCode]] = {
     if operation is not Operation.REGISTER
 }
 assert len(_CODE_BY_OPERATION) == len(_OPERATION_BY_CODE) - 2
+_OPERATION_BY_INT: Final[dict[int, Operation]] = {
+    int(code): operation for code, operation in _OPERATION_BY_CODE.items()
+}
 
 
 def operation_for_code(code: int) -> Operation:
@@ -290,11 +293,9 @@ def operation_for_code(code: int) -> Operation:
     Codes without a replicated operation, including codes this codec does not name,
     travel as ``NON_REPLICATED`` and the server decides (as Iggy's ``send_raw`` does).
     """
-    try:
-        known = CommandCode(code)
-    except ValueError:
-        return Operation.NON_REPLICATED
-    return _OPERATION_BY_CODE.get(known, Operation.NON_REPLICATED)
+    # Keyed by plain ints, which a CommandCode member hashes and compares as: no
+    # CommandCode(code) enum lookup on every request.
+    return _OPERATION_BY_INT.get(code, Operation.NON_REPLICATED)
 
 
 def code_for_operation(operation: Operation) -> CommandCode | None:
