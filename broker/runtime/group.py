@@ -565,6 +565,10 @@ class GroupHost:
         self._created = False  # it may acknowledge prepares from now on
         self._ticks_paid = self.ticker.now  # earlier ticks passed before it existed
         self._commit_seen = self.replica.commit_min
+        # The view it opened in is the first seen: a view change before its first step
+        # (a new group whose primary died before any message reached this replica)
+        # still counts.
+        self._view_seen = (self.replica.view, self.replica.status)
         self.opened.set()
         self._applied.set()
         self._applied = trio.Event()

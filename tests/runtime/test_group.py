@@ -16,23 +16,31 @@ from broker.runtime.store import GroupStore
 from broker.state.partition_machine import send_body
 from consensus import Action, Event, Message, ReplicaConfig, Ticked
 from consensus.config import TICKS_IDLE
+from consensus.messages import StartViewChange
 from consensus.protocols import DurableState, RequestBody, joined_body
+from consensus.replica import Status
 from sdk import wire
 from sdk.wire.codes import Operation
 
 
 def _host(
-    path: Path, *, persisted: bool, group_id: int = 1, flusher: Flusher | None = None
+    path: Path,
+    *,
+    persisted: bool,
+    group_id: int = 1,
+    flusher: Flusher | None = None,
+    replica_count: int = 1,
 ) -> GroupHost:
     def send(group: int, replica: int, message: Message) -> None:
-        raise AssertionError("a group of one sends nothing")
+        if replica_count == 1:
+            raise AssertionError("a group of one sends nothing")
 
     return GroupHost(
         group_id=group_id,
         kind=GroupKind.PARTITION,
         path=path,
         replica_index=0,
-        replica_count=1,
+        replica_count=replica_count,
         persisted=persisted,
         no_sync=False,
         segment_size_bytes=1 << 20,
@@ -175,3 +183,24 @@ def test_group_store_keeps_every_durable_field_across_a_restart(tmp_path: Path) 
     store = GroupStore(tmp_path, no_sync=False, segment_size_bytes=1 << 20)
     assert store.recovered().durable == damaged
     store.close()
+
+
+def test_a_view_change_before_a_new_groups_first_step_is_counted(tmp_path: Path) -> None:
+    """A new group whose first event is a peer's StartViewChange (its primary died before
+    any prepare reached this replica) counts the view change it then joins: the view it
+    opened in is the first one seen, not the view of its first step."""
+
+    async def main() -> tuple[int, int]:
+        host = _host(tmp_path / "group", persisted=False, replica_count=3)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(host.run)
+            replica = host.replica
+            assert replica is not None and replica.view == 0
+            host.receive(StartViewChange(group=host.group_id, replica=1, view=1))
+            await trio.testing.wait_all_tasks_blocked()
+            assert replica.status is Status.VIEW_CHANGE
+            nursery.cancel_scope.cancel()
+        await host.close()
+        return replica.view, host.counters.view_changes
+
+    assert trio.run(main) == (1, 1)
